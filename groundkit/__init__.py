@@ -1,0 +1,50 @@
+"""groundkit: permission-correct retrieval inside one Postgres database."""
+
+from groundkit.client import Groundkit, connect, resolve_dsn
+from groundkit.errors import (
+    ConfigError,
+    DatabaseUnavailable,
+    GroundkitError,
+    InvalidArgument,
+    InvariantViolation,
+    MigrationError,
+    PgvectorMissing,
+    UnknownContentType,
+    UnknownObject,
+    UnknownSpace,
+    UnknownTier,
+    VersionConflict,
+)
+from groundkit.migrate import MigrationState, migrate, migration_sql, migration_state
+from groundkit.models import ContentObject, Member, SearchHit, Segment, Space, WriteResult, WriteStatus
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ConfigError",
+    "ContentObject",
+    "DatabaseUnavailable",
+    "Groundkit",
+    "GroundkitError",
+    "InvalidArgument",
+    "InvariantViolation",
+    "Member",
+    "MigrationError",
+    "MigrationState",
+    "PgvectorMissing",
+    "SearchHit",
+    "Segment",
+    "Space",
+    "UnknownContentType",
+    "UnknownObject",
+    "UnknownSpace",
+    "UnknownTier",
+    "VersionConflict",
+    "WriteResult",
+    "WriteStatus",
+    "connect",
+    "migrate",
+    "migration_sql",
+    "migration_state",
+    "resolve_dsn",
+]

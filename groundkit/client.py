@@ -1,0 +1,273 @@
+"""The Python API: typed calls over groundkit's SQL functions.
+
+Every call goes to the database; nothing about members, spaces or objects is cached in the
+process, so what another connection commits counts from the next call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from groundkit.config import Settings
+from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument, from_psycopg, scrub
+from groundkit.models import (
+    CONTENT_TYPES,
+    MAX_K,
+    MAX_QUERY_CHARS,
+    ContentObject,
+    Member,
+    SearchHit,
+    Segment,
+    Space,
+    WriteResult,
+    WriteStatus,
+)
+
+Connection = psycopg.Connection[dict[str, Any]]
+
+
+def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str:
+    """``dsn`` if given, else ``GROUNDKIT_DSN``, else the embedded server (started if needed)."""
+    if dsn:
+        return dsn
+    settings = settings or Settings.from_env()
+    if settings.dsn:
+        return settings.dsn
+    from groundkit import embedded
+
+    return embedded.ensure_server(settings)
+
+
+def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
+    """Open a psycopg connection. Connection errors never carry the password, not even in
+    ``__cause__`` or ``__context__``."""
+    target = resolve_dsn(dsn)
+    try:
+        conn: Connection = psycopg.connect(target, autocommit=autocommit, row_factory=dict_row)
+    except psycopg.Error as exc:
+        message = scrub(str(exc).strip())
+        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}") from None
+    return conn
+
+
+def _no_nul(**values: object) -> None:
+    for name, value in values.items():
+        texts = value if isinstance(value, list | tuple) else [value]
+        for text in texts:
+            if isinstance(text, str):
+                if "\x00" in text:
+                    raise InvalidArgument(f"{name} must not contain NUL characters")
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidArgument(f"{name} is not valid Unicode text") from None
+
+
+class Groundkit:
+    """groundkit over one psycopg connection.
+
+    With an autocommit connection (what :meth:`connect` opens) every call is its own
+    transaction. Pass a connection in a transaction to make calls part of your own.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    @classmethod
+    def connect(cls, dsn: str | None = None) -> Groundkit:
+        return cls(connect(dsn))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Groundkit:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plumbing ------------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except GroundkitError:
+            raise
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    def _fetch(self, query: str | sql.Composable, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with self._errors(), self.conn.cursor() as cur:
+            cur.execute(query, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def _scalar(self, query: str | sql.Composable, params: dict[str, Any]) -> Any:
+        rows = self._fetch(query, params)
+        return next(iter(rows[0].values()))
+
+    # -- live authority ------------------------------------------------------------------
+
+    def put_member(self, member_sub: str, tier: str, status: str = "active") -> None:
+        m = Member.model_validate({"member_sub": member_sub, "tier": tier, "status": status})
+        _no_nul(member_sub=m.member_sub, tier=m.tier)
+        self._fetch(
+            "select groundkit.put_member(member_sub => %(member_sub)s, tier => %(tier)s, status => %(status)s)",
+            m.model_dump(),
+        )
+
+    def put_space(self, space_id: str, min_tier: str = "T0", private: bool = False) -> None:
+        s = Space.model_validate({"space_id": space_id, "min_tier": min_tier, "private": private})
+        _no_nul(space_id=s.space_id, min_tier=s.min_tier)
+        self._fetch(
+            "select groundkit.put_space(space_id => %(space_id)s, min_tier => %(min_tier)s,"
+            " private => %(private)s)",
+            s.model_dump(),
+        )
+
+    def grant_space(self, space_id: str, member_sub: str) -> None:
+        _no_nul(space_id=space_id, member_sub=member_sub)
+        self._fetch(
+            "select groundkit.grant_space(space_id => %(space_id)s, member_sub => %(member_sub)s)",
+            {"space_id": space_id, "member_sub": member_sub},
+        )
+
+    def revoke_space(self, space_id: str, member_sub: str) -> None:
+        _no_nul(space_id=space_id, member_sub=member_sub)
+        self._fetch(
+            "select groundkit.revoke_space(space_id => %(space_id)s, member_sub => %(member_sub)s)",
+            {"space_id": space_id, "member_sub": member_sub},
+        )
+
+    # -- the content log -----------------------------------------------------------------
+
+    def put(self, obj: ContentObject) -> WriteResult:
+        """Write one version of an object (see :meth:`put_object`)."""
+        _no_nul(
+            object_id=obj.object_id, space_id=obj.space_id, tier_visibility=obj.tier_visibility,
+            title=obj.title, body=obj.body, owner_sub=obj.owner_sub,
+            segments=[s.text for s in obj.segments or ()],
+        )
+        params = obj.model_dump(exclude={"segments", "metadata"})
+        params["segments"] = (
+            Jsonb([s.model_dump() for s in obj.segments]) if obj.segments is not None else None
+        )
+        params["metadata"] = Jsonb(obj.metadata)
+        status = self._scalar(
+            "select groundkit.put_object(object_id => %(object_id)s, version => %(version)s,"
+            " content_type => %(content_type)s, space_id => %(space_id)s,"
+            " tier_visibility => %(tier_visibility)s, title => %(title)s, body => %(body)s,"
+            " owner_sub => %(owner_sub)s, owner_only => %(owner_only)s,"
+            " segments => %(segments)s, metadata => %(metadata)s)",
+            params,
+        )
+        return WriteResult(object_id=obj.object_id, version=obj.version, status=WriteStatus(status))
+
+    def put_object(
+        self,
+        object_id: str,
+        version: int,
+        content_type: str,
+        space_id: str,
+        tier_visibility: str,
+        title: str,
+        body: str,
+        owner_sub: str | None = None,
+        owner_only: bool = False,
+        segments: Sequence[Segment | dict[str, Any]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> WriteResult:
+        """Append a version of an object to the log and update the derived views."""
+        obj = ContentObject.model_validate(
+            {
+                "object_id": object_id, "version": version, "content_type": content_type,
+                "space_id": space_id, "tier_visibility": tier_visibility, "title": title,
+                "body": body, "owner_sub": owner_sub, "owner_only": owner_only,
+                "segments": None if segments is None else tuple(segments),
+                "metadata": {} if metadata is None else metadata,
+            }
+        )
+        return self.put(obj)
+
+    def _versioned(self, fn: str, object_id: str, version: int, **extra: str) -> WriteResult:
+        _no_nul(object_id=object_id, **extra)
+        if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= 2**63 - 1:
+            raise InvalidArgument(f"version must be a positive integer (got {version!r})")
+        query = sql.SQL("select {}.{}({})").format(
+            sql.Identifier("groundkit"),
+            sql.Identifier(fn),
+            sql.SQL(", ").join(
+                sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name))
+                for name in ("object_id", "version", *extra)
+            ),
+        )
+        status = self._scalar(query, {"object_id": object_id, "version": version, **extra})
+        return WriteResult(object_id=object_id, version=version, status=WriteStatus(status))
+
+    def retier_object(self, object_id: str, version: int, tier_visibility: str) -> WriteResult:
+        """A new version of the object with a new tier stamp."""
+        return self._versioned("retier_object", object_id, version, tier_visibility=tier_visibility)
+
+    def delete_object(self, object_id: str, version: int) -> WriteResult:
+        """Tombstone the object. Terminal: no later write can bring it back."""
+        return self._versioned("delete_object", object_id, version)
+
+    def redact_object(self, object_id: str, version: int) -> WriteResult:
+        """Tombstone the object and scrub its text from the log and every derived row."""
+        return self._versioned("redact_object", object_id, version)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def search(
+        self,
+        reader_sub: str,
+        query: str,
+        k: int = 10,
+        content_types: Sequence[str] | None = None,
+        space_ids: Sequence[str] | None = None,
+    ) -> list[SearchHit]:
+        """The top ``k`` chunks ``reader_sub`` may see right now, ranked by BM25."""
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise InvalidArgument(f"k must be between 1 and {MAX_K} (got {k!r})")
+        if not isinstance(query, str):
+            raise InvalidArgument("query must be a string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidArgument(f"query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
+        for name, seq in (("content_types", content_types), ("space_ids", space_ids)):
+            if isinstance(seq, str):
+                raise InvalidArgument(f"{name} must be a list of strings, not a string")
+        if content_types is not None:
+            unknown = [c for c in content_types if c not in CONTENT_TYPES]
+            if unknown:
+                raise InvalidArgument(f"unknown content_type {unknown[0]!r} in content_types")
+        _no_nul(reader_sub=reader_sub, query=query, content_types=list(content_types or ()),
+                space_ids=list(space_ids or ()))
+        rows = self._fetch(
+            "select * from groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
+            " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[])",
+            {
+                "reader_sub": reader_sub, "query": query, "k": k,
+                "content_types": None if content_types is None else list(content_types),
+                "space_ids": None if space_ids is None else list(space_ids),
+            },
+        )
+        return [SearchHit.model_validate(r) for r in rows]
+
+    # -- the log and the derived state -----------------------------------------------------
+
+    def snapshot_marker(self) -> int:
+        return int(self._scalar("select groundkit.snapshot_marker()", {}))
+
+    def state_checksum(self) -> str:
+        return str(self._scalar("select groundkit.state_checksum()", {}))
+
+    def rebuild(self) -> int:
+        """Recompute every derived view from the log; returns the number of objects."""
+        return int(self._scalar("select groundkit.rebuild()", {}))

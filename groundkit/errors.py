@@ -1,0 +1,123 @@
+"""The groundkit error hierarchy.
+
+SQLSTATE is the contract between the SQL API and Python: every error the SQL functions raise
+on purpose has a ``GKnnn`` code (listed in docs/sql-api.md), and :func:`from_psycopg` maps it to
+the class below that carries it, keeping the database's message.
+"""
+
+from __future__ import annotations
+
+import re
+
+import psycopg
+
+
+class GroundkitError(Exception):
+    """Base class of every error groundkit raises on purpose."""
+
+    sqlstate: str | None = None
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if sqlstate is not None:
+            self.sqlstate = sqlstate
+
+
+class ConfigError(GroundkitError):
+    """Unknown or invalid configuration (environment variables, options)."""
+
+
+class DatabaseUnavailable(GroundkitError):
+    """The database could not be reached. The message never contains a password."""
+
+
+class MigrationError(GroundkitError):
+    """The schema is missing, behind, or could not be migrated."""
+
+
+class InvalidArgument(GroundkitError):
+    """An argument is out of bounds or of the wrong shape (GK005)."""
+
+    sqlstate = "GK005"
+
+
+class UnknownTier(InvalidArgument):
+    sqlstate = "GK002"
+
+
+class UnknownSpace(InvalidArgument):
+    sqlstate = "GK003"
+
+
+class UnknownContentType(InvalidArgument):
+    sqlstate = "GK004"
+
+
+class UnknownObject(InvalidArgument):
+    sqlstate = "GK009"
+
+
+class VersionConflict(GroundkitError):
+    """The same object version was written before with different content (GK001)."""
+
+    sqlstate = "GK001"
+
+
+class InvariantViolation(GroundkitError):
+    """A write would break an invariant the database enforces: the append-only log (GK006),
+    monotonic versions or durable tombstones (GK007)."""
+
+    sqlstate = "GK007"
+
+
+class PgvectorMissing(GroundkitError):
+    """A dense (vector) feature was asked for on a server without the pgvector extension."""
+
+    sqlstate = "GK008"
+
+
+_BY_SQLSTATE: dict[str, type[GroundkitError]] = {
+    "GK001": VersionConflict,
+    "GK002": UnknownTier,
+    "GK003": UnknownSpace,
+    "GK004": UnknownContentType,
+    "GK005": InvalidArgument,
+    "GK006": InvariantViolation,
+    "GK007": InvariantViolation,
+    "GK008": PgvectorMissing,
+    "GK009": UnknownObject,
+}
+
+_PASSWORD_PATTERNS = (
+    re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)"),  # URI userinfo
+    re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),  # key=value DSN
+)
+
+
+def scrub(text: str) -> str:
+    """Replace passwords in DSNs inside ``text`` with ``***``."""
+    text = _PASSWORD_PATTERNS[0].sub(r"\1***\3", text)
+    return _PASSWORD_PATTERNS[1].sub(r"\1***", text)
+
+
+def from_psycopg(exc: psycopg.Error) -> GroundkitError:
+    """The :class:`GroundkitError` for a database error, keeping the server's message."""
+    state = exc.sqlstate
+    diag = exc.diag
+    message = diag.message_primary or str(exc)
+    if diag.message_hint:
+        message = f"{message} (hint: {diag.message_hint})"
+    if isinstance(exc, psycopg.OperationalError) and state is None:
+        return DatabaseUnavailable(scrub(message))
+    if state == "42P01" or state == "42883" or state == "3F000":
+        return MigrationError(
+            f"{message}: the groundkit schema is missing or out of date; run `groundkit migrate`",
+            sqlstate=state,
+        )
+    cls = _BY_SQLSTATE.get(state or "")
+    if cls is not None:
+        return cls(message, sqlstate=state)
+    if isinstance(exc, psycopg.DataError):
+        return InvalidArgument(message, sqlstate=state)
+    return GroundkitError(message, sqlstate=state)

@@ -1,0 +1,133 @@
+"""``groundkit migrate``: Alembic ``upgrade head`` plus the replaceable SQL.
+
+Table changes live in Alembic revisions (``groundkit/migrations/versions``) that never change
+once released. Functions and triggers live in ``groundkit/sql/*.sql`` as ``create or replace``
+statements and are re-applied by every migrate run, in file-name order.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+import psycopg
+import sqlalchemy
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from pydantic import BaseModel, ConfigDict
+
+from groundkit.errors import DatabaseUnavailable, GroundkitError, MigrationError, from_psycopg, scrub
+
+LOCK_SQL = "select pg_advisory_xact_lock(hashtextextended('groundkit.migrate', 0))"
+SCHEMA_SQL = "create schema if not exists groundkit"
+
+
+class MigrationState(BaseModel):
+    """What is applied and what is pending. Reading it writes nothing."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    current: tuple[str, ...]
+    head: str
+    applied: tuple[str, ...]
+    pending: tuple[str, ...]
+    replaceable_sql: tuple[str, ...]
+
+    @property
+    def up_to_date(self) -> bool:
+        return not self.pending
+
+
+def replaceable_sql() -> list[tuple[str, str]]:
+    """The replaceable SQL files (name, text), in the order they are applied."""
+    root = resources.files("groundkit.sql")
+    files = sorted(
+        (entry for entry in root.iterdir() if entry.name.endswith(".sql")), key=lambda e: e.name
+    )
+    return [(f.name, f.read_text(encoding="utf-8")) for f in files]
+
+
+def _script_location() -> Path:
+    return Path(str(resources.files("groundkit.migrations")))
+
+
+def _alembic_config() -> Config:
+    cfg = Config(stdout=io.StringIO())
+    cfg.set_main_option("script_location", str(_script_location()))
+    return cfg
+
+
+@contextmanager
+def _engine_connection(dsn: str) -> Iterator[sqlalchemy.Connection]:
+    def creator() -> psycopg.Connection[tuple[object, ...]]:
+        try:
+            return psycopg.connect(dsn)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"cannot connect: {scrub(str(exc))}") from None
+
+    engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=creator, poolclass=sqlalchemy.NullPool)
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def migrate(dsn: str) -> MigrationState:
+    """Bring the database at ``dsn`` to the latest schema. Idempotent and safe to run concurrently."""
+    cfg = _alembic_config()
+    try:
+        with _engine_connection(dsn) as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+            conn.commit()
+    except GroundkitError:
+        raise
+    except sqlalchemy.exc.DBAPIError as exc:
+        orig = exc.orig
+        if isinstance(orig, psycopg.Error):
+            err = from_psycopg(orig)
+            raise MigrationError(f"migration failed: {err.message}", sqlstate=err.sqlstate) from None
+        raise MigrationError(f"migration failed: {scrub(str(exc))}") from None
+    return migration_state(dsn)
+
+
+def migration_sql() -> str:
+    """The DDL ``migrate`` would run on an empty database, without connecting anywhere."""
+    cfg = _alembic_config()
+    buf = io.StringIO()
+    cfg.output_buffer = buf
+    command.upgrade(cfg, "head", sql=True)
+    return buf.getvalue()
+
+
+def migration_state(dsn: str) -> MigrationState:
+    """Applied and pending revisions of the database at ``dsn``."""
+    script = ScriptDirectory.from_config(_alembic_config())
+    head = script.get_current_head()
+    assert head is not None
+    with _engine_connection(dsn) as conn:
+        has_schema = conn.exec_driver_sql(
+            "select 1 from pg_namespace where nspname = 'groundkit'"
+        ).first()
+        current: tuple[str, ...] = ()
+        if has_schema is not None:
+            ctx = MigrationContext.configure(conn, opts={"version_table_schema": "groundkit"})
+            current = tuple(ctx.get_current_heads())
+        conn.rollback()
+    ordered = [rev.revision for rev in reversed(list(script.walk_revisions()))]
+    applied: set[str] = set()
+    for rev in current:
+        applied.update(r.revision for r in script.iterate_revisions(rev, "base"))
+    return MigrationState(
+        current=current,
+        head=head,
+        applied=tuple(r for r in ordered if r in applied),
+        pending=tuple(r for r in ordered if r not in applied),
+        replaceable_sql=tuple(name for name, _ in replaceable_sql()),
+    )

@@ -1,0 +1,101 @@
+"""Frozen pydantic models at groundkit's boundaries (``extra="forbid"`` everywhere)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ContentType = Literal["course_section", "board_post", "transcript", "event", "member_note", "document"]
+MemberStatus = Literal["active", "pending", "suspended", "revoked"]
+CONTENT_TYPES: tuple[str, ...] = ("course_section", "board_post", "transcript", "event", "member_note", "document")
+
+MAX_QUERY_CHARS = 4096
+MAX_K = 200
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class WriteStatus(StrEnum):
+    """What a write did. Only ``applied`` changed anything."""
+
+    APPLIED = "applied"
+    DUPLICATE = "duplicate"  # the same version with the same content, e.g. a retry
+    STALE = "stale"  # a version lower than the current one
+    TOMBSTONED = "tombstoned"  # the object was deleted or redacted; nothing can revive it
+
+
+class WriteResult(_Frozen):
+    object_id: str
+    version: int
+    status: WriteStatus
+
+
+class Segment(_Frozen):
+    """A timed piece of a transcript."""
+
+    start_ms: int = Field(ge=0)
+    end_ms: int = Field(ge=0)
+    text: str
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Segment:
+        if self.end_ms < self.start_ms:
+            raise ValueError("end_ms must not be before start_ms")
+        return self
+
+
+class ContentObject(_Frozen):
+    """One version of a piece of content, as ``put_object`` takes it."""
+
+    object_id: str = Field(min_length=1, max_length=256)
+    version: int = Field(ge=1, le=2**63 - 1)
+    content_type: ContentType
+    space_id: str = Field(min_length=1, max_length=256)
+    tier_visibility: str = Field(min_length=1, max_length=64)
+    title: str
+    body: str
+    owner_sub: str | None = Field(default=None, min_length=1, max_length=256)
+    owner_only: bool = False
+    segments: tuple[Segment, ...] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ContentObject:
+        if self.owner_only and self.owner_sub is None:
+            raise ValueError("an owner_only object needs an owner_sub")
+        if self.segments is not None and self.content_type != "transcript":
+            raise ValueError("segments are only accepted for content_type 'transcript'")
+        if self.segments is not None and not self.segments:
+            raise ValueError("segments must not be empty")
+        return self
+
+
+class Member(_Frozen):
+    member_sub: str = Field(min_length=1, max_length=256)
+    tier: str = Field(min_length=1, max_length=64)
+    status: MemberStatus = "active"
+
+
+class Space(_Frozen):
+    space_id: str = Field(min_length=1, max_length=256)
+    min_tier: str = Field(default="T0", min_length=1, max_length=64)
+    private: bool = False
+
+
+class SearchHit(_Frozen):
+    """One visible chunk, ranked by BM25. ``score`` is never negative."""
+
+    object_id: str
+    object_version: int
+    chunk_seq: int
+    content_type: str
+    space_id: str
+    title: str
+    content: str
+    score: float = Field(ge=0.0)
+    start_ms: int | None = None
+    end_ms: int | None = None

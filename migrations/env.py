@@ -1,0 +1,55 @@
+"""Alembic environment for groundkit (shipped inside the wheel as ``groundkit.migrations``).
+
+Everything runs in one transaction under an advisory lock, so two concurrent ``migrate`` runs
+are safe: the second waits, then finds the schema at head. After the revisions, the
+replaceable SQL in ``groundkit/sql`` (functions, triggers) is re-applied in the same transaction.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from alembic import context
+
+from groundkit.migrate import LOCK_SQL, SCHEMA_SQL, replaceable_sql
+
+config = context.config
+
+
+def run_migrations_offline() -> None:
+    out = config.output_buffer or sys.stdout
+    context.configure(
+        dialect_name="postgresql",
+        version_table_schema="groundkit",
+        transactional_ddl=True,
+        output_buffer=out,
+    )
+    with context.begin_transaction():
+        out.write(f"{LOCK_SQL};\n\n{SCHEMA_SQL};\n\n")
+        context.run_migrations()
+        for name, text in replaceable_sql():
+            out.write(f"-- groundkit/sql/{name}\n{text}\n")
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes["connection"]
+    context.configure(
+        connection=connection,
+        version_table_schema="groundkit",
+        transactional_ddl=True,
+        transaction_per_migration=False,
+    )
+    # The raw psycopg connection, so that SQL text is sent as is (no parameter parsing).
+    raw = connection.connection.driver_connection
+    with context.begin_transaction():
+        raw.execute(LOCK_SQL)
+        raw.execute(SCHEMA_SQL)
+        context.run_migrations()
+        for _name, text in replaceable_sql():
+            raw.execute(text)
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,161 @@
+-- Live authority: members, spaces and grants. Replaceable.
+
+create or replace function groundkit._check_id(kind text, value text) returns void
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if value is null or length(value) = 0 or length(value) > 256 then
+        raise exception '% must be between 1 and 256 characters', kind using errcode = 'GK005';
+    end if;
+end
+$$;
+
+create or replace function groundkit._tier_rank(tier text) returns integer
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    r integer;
+begin
+    select t.rank into r from groundkit.tiers t where t.name = tier;
+    if r is null then
+        raise exception 'unknown tier %', coalesce(quote_literal(tier), 'NULL') using errcode = 'GK002',
+            hint = 'Known tiers are listed in groundkit.tiers.';
+    end if;
+    return r;
+end
+$$;
+
+create or replace function groundkit.put_member(member_sub text, tier text, status text default 'active')
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform groundkit._check_id('member_sub', put_member.member_sub);
+    perform groundkit._tier_rank(put_member.tier);
+    if put_member.status is null or put_member.status not in ('active', 'pending', 'suspended', 'revoked') then
+        raise exception 'unknown member status %; expected active, pending, suspended or revoked',
+            coalesce(quote_literal(put_member.status), 'NULL') using errcode = 'GK005';
+    end if;
+    insert into groundkit.members as m (member_sub, tier, status)
+    values (put_member.member_sub, put_member.tier, put_member.status)
+    on conflict on constraint members_pkey do update
+        set tier = excluded.tier, status = excluded.status, updated_at = now();
+end
+$$;
+
+-- Chunks of one space whose statistics scope differs from what the space's live policy says.
+create or replace function groundkit._space_scope_changes(p_space_id text)
+returns table (chunk_id bigint, old_scope integer, new_scope integer, doc_len integer)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select c.chunk_id, c.stat_scope,
+           case when s.private or o.owner_only then null else greatest(ot.rank, st.rank) end,
+           c.doc_len
+      from groundkit.chunks c
+      join groundkit.objects o on o.object_id = c.object_id
+      join groundkit.spaces s on s.space_id = o.space_id
+      join groundkit.tiers st on st.name = s.min_tier
+      join groundkit.tiers ot on ot.name = o.tier_visibility
+     where o.space_id = p_space_id and o.state = 'live'
+       and c.stat_scope is distinct from
+           case when s.private or o.owner_only then null else greatest(ot.rank, st.rank) end
+$$;
+
+-- Move a space's chunks between statistics scopes after its policy changed.
+create or replace function groundkit._restat_space(p_space_id text) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    my_shard smallint := (pg_backend_pid() % 8)::smallint;
+begin
+    insert into groundkit.term_stats as t (term, scope, shard, df)
+    select p.term, d.scope, my_shard, sum(d.delta)
+      from (select x.chunk_id, x.old_scope as scope, -1 as delta
+              from groundkit._space_scope_changes(p_space_id) x where x.old_scope is not null
+            union all
+            select x.chunk_id, x.new_scope, 1
+              from groundkit._space_scope_changes(p_space_id) x where x.new_scope is not null) d
+      join groundkit.postings p on p.chunk_id = d.chunk_id
+     group by p.term, d.scope
+    having sum(d.delta) <> 0
+     order by p.term, d.scope
+    on conflict (term, scope, shard) do update set df = t.df + excluded.df;
+
+    insert into groundkit.scope_stats as t (scope, shard, n_chunks, total_len)
+    select d.scope, my_shard, sum(d.delta), sum(d.delta * d.doc_len)
+      from (select x.old_scope as scope, -1 as delta, x.doc_len
+              from groundkit._space_scope_changes(p_space_id) x where x.old_scope is not null
+            union all
+            select x.new_scope, 1, x.doc_len
+              from groundkit._space_scope_changes(p_space_id) x where x.new_scope is not null) d
+     group by d.scope
+     order by d.scope
+    on conflict (scope, shard) do update
+        set n_chunks = t.n_chunks + excluded.n_chunks, total_len = t.total_len + excluded.total_len;
+
+    update groundkit.chunks c set stat_scope = x.new_scope
+      from groundkit._space_scope_changes(p_space_id) x
+     where c.chunk_id = x.chunk_id;
+end
+$$;
+
+create or replace function groundkit.put_space(space_id text, min_tier text default 'T0', private boolean default false)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    prev groundkit.spaces;
+begin
+    perform groundkit._check_id('space_id', put_space.space_id);
+    perform groundkit._tier_rank(put_space.min_tier);
+    if put_space.private is null then
+        raise exception 'private must be true or false' using errcode = 'GK005';
+    end if;
+    -- Serialises with writers of objects in this space (they take FOR SHARE on the row).
+    select * into prev from groundkit.spaces s where s.space_id = put_space.space_id for update;
+    insert into groundkit.spaces as s (space_id, min_tier, private)
+    values (put_space.space_id, put_space.min_tier, put_space.private)
+    on conflict on constraint spaces_pkey do update
+        set min_tier = excluded.min_tier, private = excluded.private, updated_at = now();
+    if prev.space_id is not null
+       and (prev.min_tier is distinct from put_space.min_tier or prev.private is distinct from put_space.private) then
+        perform groundkit._restat_space(put_space.space_id);
+    end if;
+end
+$$;
+
+create or replace function groundkit.grant_space(space_id text, member_sub text) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform groundkit._check_id('member_sub', grant_space.member_sub);
+    if not exists (select 1 from groundkit.spaces s where s.space_id = grant_space.space_id) then
+        raise exception 'unknown space %', coalesce(quote_literal(grant_space.space_id), 'NULL')
+            using errcode = 'GK003';
+    end if;
+    insert into groundkit.space_grants (space_id, member_sub)
+    values (grant_space.space_id, grant_space.member_sub)
+    on conflict do nothing;
+end
+$$;
+
+create or replace function groundkit.revoke_space(space_id text, member_sub text) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if not exists (select 1 from groundkit.spaces s where s.space_id = revoke_space.space_id) then
+        raise exception 'unknown space %', coalesce(quote_literal(revoke_space.space_id), 'NULL')
+            using errcode = 'GK003';
+    end if;
+    delete from groundkit.space_grants g
+     where g.space_id = revoke_space.space_id and g.member_sub = revoke_space.member_sub;
+end
+$$;

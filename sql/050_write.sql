@@ -1,0 +1,219 @@
+-- The write API: each call appends one row to the content log (when it has an effect) and
+-- updates the derived views in the same transaction. Returns 'applied', 'duplicate',
+-- 'stale' or 'tombstoned'. Replaceable.
+
+create or replace function groundkit._check_write(object_id text, version bigint) returns void
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform groundkit._check_id('object_id', object_id);
+    if version is null or version < 1 then
+        raise exception 'version must be a positive integer (got %)', coalesce(version::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+end
+$$;
+
+-- Writers of one object queue here; the row lock also serialises with a concurrent
+-- tombstone insert for an object that has no row yet.
+create or replace function groundkit._lock_object(object_id text) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    select pg_advisory_xact_lock(hashtextextended('groundkit.object:' || object_id, 0))
+$$;
+
+create or replace function groundkit.put_object(
+    object_id text,
+    version bigint,
+    content_type text,
+    space_id text,
+    tier_visibility text,
+    title text,
+    body text,
+    owner_sub text default null,
+    owner_only boolean default false,
+    segments jsonb default null,
+    metadata jsonb default '{}'::jsonb)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    cur groundkit.objects;
+    h text;
+    meta jsonb := coalesce(put_object.metadata, '{}'::jsonb);
+begin
+    perform groundkit._check_write(put_object.object_id, put_object.version);
+    if not exists (select 1 from groundkit.content_types t where t.name = put_object.content_type) then
+        raise exception 'unknown content_type %', coalesce(quote_literal(put_object.content_type), 'NULL')
+            using errcode = 'GK004', hint = 'Known content types are listed in groundkit.content_types.';
+    end if;
+    perform groundkit._tier_rank(put_object.tier_visibility);
+    -- FOR SHARE: a concurrent put_space on this space waits for us, and we for it.
+    perform 1 from groundkit.spaces s where s.space_id = put_object.space_id for share;
+    if not found then
+        raise exception 'unknown space %', coalesce(quote_literal(put_object.space_id), 'NULL')
+            using errcode = 'GK003';
+    end if;
+    if put_object.title is null then
+        raise exception 'title must not be NULL (use an empty string)' using errcode = 'GK005';
+    end if;
+    if put_object.owner_only is null then
+        raise exception 'owner_only must be true or false' using errcode = 'GK005';
+    end if;
+    if put_object.owner_only and put_object.owner_sub is null then
+        raise exception 'an owner_only object needs an owner_sub' using errcode = 'GK005';
+    end if;
+    if put_object.owner_sub is not null then
+        perform groundkit._check_id('owner_sub', put_object.owner_sub);
+    end if;
+    if jsonb_typeof(meta) <> 'object' then
+        raise exception 'metadata must be a JSON object' using errcode = 'GK005';
+    end if;
+    if put_object.content_type = 'transcript' then
+        if put_object.segments is not null then
+            perform groundkit._check_segments(put_object.segments);
+        elsif put_object.body is null then
+            raise exception 'a transcript needs segments or a body' using errcode = 'GK005';
+        end if;
+    else
+        if put_object.segments is not null then
+            raise exception 'segments are only accepted for content_type ''transcript''' using errcode = 'GK005';
+        end if;
+        if put_object.body is null then
+            raise exception 'body must not be NULL (use an empty string)' using errcode = 'GK005';
+        end if;
+    end if;
+
+    h := groundkit._content_hash(put_object.content_type, put_object.space_id, put_object.tier_visibility,
+                                 put_object.title, put_object.body, put_object.owner_sub,
+                                 put_object.owner_only, put_object.segments, meta);
+
+    perform groundkit._lock_object(put_object.object_id);
+    select * into cur from groundkit.objects o where o.object_id = put_object.object_id for update;
+    if found then
+        if cur.state <> 'live' then
+            return 'tombstoned';
+        elsif put_object.version < cur.version then
+            return 'stale';
+        elsif put_object.version = cur.version then
+            if cur.content_hash = h then
+                return 'duplicate';
+            end if;
+            raise exception 'object % version % already exists with different content',
+                put_object.object_id, put_object.version
+                using errcode = 'GK001', hint = 'Write a higher version to change an object.';
+        end if;
+    end if;
+
+    insert into groundkit.content_log (object_id, version, op, content_type, space_id, tier_visibility,
+                                       title, body, owner_sub, owner_only, segments, metadata, content_hash)
+    values (put_object.object_id, put_object.version, 'put', put_object.content_type, put_object.space_id,
+            put_object.tier_visibility, put_object.title, put_object.body, put_object.owner_sub,
+            put_object.owner_only, put_object.segments, meta, h);
+    perform groundkit._materialize(put_object.object_id);
+    return 'applied';
+end
+$$;
+
+-- A new version of an object with a new tier stamp and the same content.
+create or replace function groundkit.retier_object(object_id text, version bigint, tier_visibility text)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    cur groundkit.objects;
+    last_put groundkit.content_log;
+    h text;
+begin
+    perform groundkit._check_write(retier_object.object_id, retier_object.version);
+    perform groundkit._tier_rank(retier_object.tier_visibility);
+    perform groundkit._lock_object(retier_object.object_id);
+    select * into cur from groundkit.objects o where o.object_id = retier_object.object_id for update;
+    if not found then
+        raise exception 'unknown object %', quote_literal(retier_object.object_id) using errcode = 'GK009',
+            hint = 'put_object must be applied before an object can be re-tiered.';
+    end if;
+    if cur.state <> 'live' then
+        return 'tombstoned';
+    elsif retier_object.version < cur.version then
+        return 'stale';
+    elsif retier_object.version = cur.version then
+        if cur.tier_visibility = retier_object.tier_visibility then
+            return 'duplicate';
+        end if;
+        raise exception 'object % version % already exists with a different tier',
+            retier_object.object_id, retier_object.version
+            using errcode = 'GK001', hint = 'Write a higher version to change an object.';
+    end if;
+    perform 1 from groundkit.spaces s where s.space_id = cur.space_id for share;
+
+    select * into last_put from groundkit.content_log l
+     where l.object_id = retier_object.object_id and l.op in ('put', 'retier')
+     order by l.seq desc limit 1;
+    h := groundkit._content_hash(last_put.content_type, last_put.space_id, retier_object.tier_visibility,
+                                 last_put.title, last_put.body, last_put.owner_sub, last_put.owner_only,
+                                 last_put.segments, last_put.metadata);
+    insert into groundkit.content_log (object_id, version, op, content_type, space_id, tier_visibility,
+                                       title, body, owner_sub, owner_only, segments, metadata, content_hash)
+    values (retier_object.object_id, retier_object.version, 'retier', last_put.content_type, last_put.space_id,
+            retier_object.tier_visibility, last_put.title, last_put.body, last_put.owner_sub,
+            last_put.owner_only, last_put.segments, last_put.metadata, h);
+    perform groundkit._materialize(retier_object.object_id);
+    return 'applied';
+end
+$$;
+
+-- Deletion always wins, whatever its version, and is terminal. Deleting an object that was
+-- never written leaves a tombstone, so a late insert cannot create it.
+create or replace function groundkit.delete_object(object_id text, version bigint)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    cur groundkit.objects;
+begin
+    perform groundkit._check_write(delete_object.object_id, delete_object.version);
+    perform groundkit._lock_object(delete_object.object_id);
+    select * into cur from groundkit.objects o where o.object_id = delete_object.object_id for update;
+    if found and cur.state <> 'live' then
+        return 'tombstoned';
+    end if;
+    insert into groundkit.content_log (object_id, version, op)
+    values (delete_object.object_id, delete_object.version, 'delete');
+    perform groundkit._materialize(delete_object.object_id);
+    return 'applied';
+end
+$$;
+
+-- Redaction is a delete that also scrubs the object's text from every earlier log payload
+-- (the log keeps the events, their metadata and content hashes) and from every derived row.
+-- Redacting a deleted object upgrades its tombstone; redacting twice is 'tombstoned'.
+create or replace function groundkit.redact_object(object_id text, version bigint)
+returns text
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    cur groundkit.objects;
+begin
+    perform groundkit._check_write(redact_object.object_id, redact_object.version);
+    perform groundkit._lock_object(redact_object.object_id);
+    select * into cur from groundkit.objects o where o.object_id = redact_object.object_id for update;
+    if found and cur.state = 'redacted' then
+        return 'tombstoned';
+    end if;
+    insert into groundkit.content_log (object_id, version, op)
+    values (redact_object.object_id, redact_object.version, 'redact');
+    update groundkit.content_log l
+       set title = null, body = null, segments = null, scrubbed = true
+     where l.object_id = redact_object.object_id and not l.scrubbed
+       and (l.title is not null or l.body is not null or l.segments is not null);
+    perform groundkit._materialize(redact_object.object_id);
+    return 'applied';
+end
+$$;

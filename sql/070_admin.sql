@@ -1,0 +1,65 @@
+-- Rebuild, checksum and the snapshot marker. Replaceable.
+
+-- The log's high-water mark: the highest sequence number this snapshot can see.
+create or replace function groundkit.snapshot_marker() returns bigint
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(max(l.seq), 0) from groundkit.content_log l
+$$;
+
+-- A digest of every derived row (objects, chunks, postings, statistics summed over shards),
+-- independent of surrogate keys and physical order.
+create or replace function groundkit.state_checksum() returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select encode(sha256(convert_to(coalesce(string_agg(x.line, E'\n' order by x.line), ''), 'UTF8')), 'hex')
+      from (
+        select concat_ws('|', 'o', o.object_id, o.version, o.state, o.content_type, o.space_id,
+                         o.tier_visibility, o.title, o.owner_sub, o.owner_only, o.metadata::text,
+                         o.content_hash) as line
+          from groundkit.objects o
+        union all
+        select concat_ws('|', 'c', c.object_id, c.chunk_seq, c.object_version, md5(c.content),
+                         c.tsv::text, c.doc_len, coalesce(c.stat_scope::text, '-'), c.start_ms, c.end_ms,
+                         c.chunker_version)
+          from groundkit.chunks c
+        union all
+        select concat_ws('|', 'p', c.object_id, c.chunk_seq, p.term, p.tf)
+          from groundkit.postings p join groundkit.chunks c on c.chunk_id = p.chunk_id
+        union all
+        select concat_ws('|', 't', t.term, t.scope, sum(t.df))
+          from groundkit.term_stats t group by t.term, t.scope having sum(t.df) <> 0
+        union all
+        select concat_ws('|', 's', s.scope, sum(s.n_chunks), sum(s.total_len))
+          from groundkit.scope_stats s group by s.scope having sum(s.n_chunks) <> 0 or sum(s.total_len) <> 0
+      ) x
+$$;
+
+-- Recompute every derived view from the log. Readers and writers wait for it (it truncates).
+create or replace function groundkit.rebuild() returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n bigint := 0;
+    oid_ text;
+begin
+    truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
+             groundkit.scope_stats;
+    for oid_ in select distinct l.object_id from groundkit.content_log l order by 1 loop
+        perform groundkit._materialize(oid_);
+        n := n + 1;
+    end loop;
+    return n;
+end
+$$;
+
+-- Whether the pgvector extension can be used on this server (dense features need it).
+create or replace function groundkit.pgvector_available() returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select exists (select 1 from pg_catalog.pg_available_extensions where name = 'vector')
+$$;
