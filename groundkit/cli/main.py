@@ -1,0 +1,149 @@
+"""``groundkit``: migrate, manage the embedded server, write, search, demo, eval."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+import groundkit
+from groundkit.cli import db as db_cli
+from groundkit.cli import demo as demo_cli
+from groundkit.cli._common import DsnOption, err, handle_errors, out
+from groundkit.client import Groundkit, resolve_dsn
+from groundkit.config import Settings
+from groundkit.errors import ConfigError, InvalidArgument
+from groundkit.models import ContentObject
+
+app = typer.Typer(
+    name="groundkit",
+    help="Permission-correct retrieval inside one Postgres database.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(db_cli.app, name="db")
+app.command("demo")(demo_cli.demo)
+
+
+@app.callback()
+def _startup() -> None:
+    """Permission-correct retrieval inside one Postgres database."""
+    try:
+        Settings.from_env()
+    except ConfigError as exc:
+        err.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+@handle_errors
+def migrate(
+    dsn: DsnOption = None,
+    sql: Annotated[bool, typer.Option("--sql", help="Print the DDL instead of applying it.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="Show applied and pending revisions; write nothing.")] = False,
+) -> None:
+    """Create or upgrade the groundkit schema (Alembic upgrade head + replaceable SQL)."""
+    if sql:
+        sys.stdout.write(groundkit.migration_sql())
+        return
+    target = resolve_dsn(dsn)
+    if list_:
+        state = groundkit.migration_state(target)
+        for rev in state.applied:
+            out.print(f"applied  {rev}")
+        for rev in state.pending:
+            out.print(f"pending  {rev}")
+        out.print(f"replaceable SQL (re-applied by every migrate): {', '.join(state.replaceable_sql)}")
+        return
+    state = groundkit.migrate(target)
+    out.print(f"groundkit schema at revision {state.head}; replaceable SQL applied "
+              f"({len(state.replaceable_sql)} files)")
+
+
+@app.command("put-member")
+@handle_errors
+def put_member(
+    member_sub: Annotated[str, typer.Argument(help="The member's stable subject id.")],
+    tier: Annotated[str, typer.Argument(help="A tier from groundkit.tiers, e.g. T2.")],
+    status: Annotated[str, typer.Option(help="active, pending, suspended or revoked.")] = "active",
+    dsn: DsnOption = None,
+) -> None:
+    """Create or update a member's live tier and status."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_member(member_sub, tier, status)
+    out.print(f"member {member_sub}: {tier}, {status}")
+
+
+@app.command("put-space")
+@handle_errors
+def put_space(
+    space_id: Annotated[str, typer.Argument(help="A board or course id.")],
+    min_tier: Annotated[str, typer.Option(help="Lowest tier that may read the space.")] = "T0",
+    private: Annotated[bool, typer.Option("--private/--public", help="Private spaces need a grant.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Create or update a space's live policy."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space(space_id, min_tier, private)
+    out.print(f"space {space_id}: min tier {min_tier}, {'private' if private else 'public'}")
+
+
+@app.command()
+@handle_errors
+def ingest(
+    path: Annotated[Path, typer.Argument(help="JSON Lines file, one put_object payload per line.", exists=True,
+                                         dir_okay=False, readable=True)],
+    dsn: DsnOption = None,
+) -> None:
+    """Write objects from a JSON Lines file, one transaction per object, with progress."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    objects = []
+    for n, line in enumerate(lines, start=1):
+        try:
+            objects.append(ContentObject.model_validate_json(line))
+        except ValueError as exc:
+            raise InvalidArgument(f"{path}:{n}: {exc}") from None
+    counts: dict[str, int] = {}
+    with Groundkit.connect(dsn) as gk, Progress(
+        TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+    ) as progress:
+        task = progress.add_task("ingest", total=len(objects))
+        for obj in objects:
+            result = gk.put(obj)
+            counts[result.status.value] = counts.get(result.status.value, 0) + 1
+            progress.advance(task)
+    out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to ingest")
+
+
+@app.command()
+@handle_errors
+def search(
+    query: Annotated[str, typer.Argument(help="Plain text; search syntax has no special meaning.")],
+    as_: Annotated[str, typer.Option("--as", help="The reader's member_sub.")],
+    k: Annotated[int, typer.Option("-k", help="How many chunks (1-200).")] = 10,
+    content_type: Annotated[list[str] | None, typer.Option(help="Only these content types.")] = None,
+    space: Annotated[list[str] | None, typer.Option(help="Only these spaces.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Search as a member: only what that member may see right now."""
+    with Groundkit.connect(dsn) as gk:
+        hits = gk.search(as_, query, k=k, content_types=content_type, space_ids=space)
+    if as_json:
+        for hit in hits:
+            sys.stdout.write(json.dumps(hit.model_dump()) + "\n")
+        return
+    table = Table(title=f"{len(hits)} result(s) for {query!r} as {as_}")
+    for col in ("score", "object", "v", "type", "space", "title", "content"):
+        table.add_column(col, overflow="fold")
+    for hit in hits:
+        snippet = hit.content if len(hit.content) <= 120 else hit.content[:117] + "..."
+        table.add_row(f"{hit.score:.3f}", f"{hit.object_id}#{hit.chunk_seq}", str(hit.object_version),
+                      hit.content_type, hit.space_id, hit.title, snippet)
+    out.print(table)

