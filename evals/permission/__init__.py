@@ -1,0 +1,1 @@
+"""The golden permission set (TOML fixtures), shipped as package data."""
