@@ -96,3 +96,25 @@ def test_demo_runs_end_to_end(server_dsn: str) -> None:
     assert "Gone: " in out and "Wholesale vs commissions" in out
     assert "put_object(version 1) retried -> tombstoned" in out
     assert "checksum unchanged" in out.replace("\n", " ")
+
+
+def test_db_url_status_stop_manage_the_embedded_server(tmp_path: Path) -> None:
+    home = tmp_path / "gkhome"
+    env = {"GROUNDKIT_HOME": str(home), "GROUNDKIT_DSN": ""}
+    before = runner.invoke(app, ["db", "status"], env=env)
+    assert before.exit_code == 0, before.output
+    assert "initialised:    no" in before.output and str(home) in before.output
+    url = runner.invoke(app, ["db", "url"], env=env)
+    try:
+        assert url.exit_code == 0, url.output
+        assert "its data lives in" in url.output  # the first start says where the data lives
+        dsn = url.stdout.strip()
+        with Groundkit.connect(dsn) as gk:
+            assert gk.conn.execute("select current_database() as db").fetchone() == {"db": "groundkit"}
+        running = runner.invoke(app, ["db", "status"], env=env)
+        assert "running:        yes" in running.output
+    finally:
+        stopped = runner.invoke(app, ["db", "stop"], env=env)
+    assert stopped.exit_code == 0 and "stopped" in stopped.output
+    after = runner.invoke(app, ["db", "status"], env=env)
+    assert "running:        no" in after.output and "initialised:    yes" in after.output
