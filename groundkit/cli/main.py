@@ -14,6 +14,7 @@ from rich.table import Table
 import groundkit
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
+from groundkit.cli import eval as eval_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
@@ -28,6 +29,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(db_cli.app, name="db")
+app.add_typer(eval_cli.app, name="eval")
 app.command("demo")(demo_cli.demo)
 
 
