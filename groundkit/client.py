@@ -8,15 +8,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel, ValidationError
 
 from groundkit.config import Settings
-from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument, from_psycopg, scrub
+from groundkit.errors import (
+    DatabaseUnavailable,
+    GroundkitError,
+    InvalidArgument,
+    UnknownContentType,
+    from_psycopg,
+    scrub,
+)
 from groundkit.models import (
     CONTENT_TYPES,
     MAX_K,
@@ -53,8 +61,30 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
         conn: Connection = psycopg.connect(target, autocommit=autocommit, row_factory=dict_row)
     except psycopg.Error as exc:
         message = scrub(str(exc).strip())
-        raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}") from None
-    return conn
+    else:
+        return conn
+    # Raised outside the handler: psycopg's error keeps the failed connection, password
+    # included, in ``exc.pgconn``, and ``from None`` would still leave it in ``__context__``.
+    raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}")
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _validated(model: type[_M], data: dict[str, Any]) -> _M:
+    """``model`` built from call arguments. A bad argument raises :class:`InvalidArgument`
+    (:class:`UnknownContentType` for an unknown content type), the same class the database
+    raises for the same mistake, never a bare pydantic error."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in errors)
+        if any(e["loc"][:1] == ("content_type",) for e in errors):
+            raise UnknownContentType(
+                f"unknown content_type {data.get('content_type')!r} ({problems})"
+            ) from None
+        raise InvalidArgument(problems) from None
 
 
 def _no_nul(**values: object) -> None:
@@ -116,7 +146,7 @@ class Groundkit:
     # -- live authority ------------------------------------------------------------------
 
     def put_member(self, member_sub: str, tier: str, status: str = "active") -> None:
-        m = Member.model_validate({"member_sub": member_sub, "tier": tier, "status": status})
+        m = _validated(Member, {"member_sub": member_sub, "tier": tier, "status": status})
         _no_nul(member_sub=m.member_sub, tier=m.tier)
         self._fetch(
             "select groundkit.put_member(member_sub => %(member_sub)s, tier => %(tier)s, status => %(status)s)",
@@ -124,7 +154,7 @@ class Groundkit:
         )
 
     def put_space(self, space_id: str, min_tier: str = "T0", private: bool = False) -> None:
-        s = Space.model_validate({"space_id": space_id, "min_tier": min_tier, "private": private})
+        s = _validated(Space, {"space_id": space_id, "min_tier": min_tier, "private": private})
         _no_nul(space_id=s.space_id, min_tier=s.min_tier)
         self._fetch(
             "select groundkit.put_space(space_id => %(space_id)s, min_tier => %(min_tier)s,"
@@ -185,7 +215,8 @@ class Groundkit:
         metadata: dict[str, Any] | None = None,
     ) -> WriteResult:
         """Append a version of an object to the log and update the derived views."""
-        obj = ContentObject.model_validate(
+        obj = _validated(
+            ContentObject,
             {
                 "object_id": object_id, "version": version, "content_type": content_type,
                 "space_id": space_id, "tier_visibility": tier_visibility, "title": title,
@@ -246,7 +277,7 @@ class Groundkit:
         if content_types is not None:
             unknown = [c for c in content_types if c not in CONTENT_TYPES]
             if unknown:
-                raise InvalidArgument(f"unknown content_type {unknown[0]!r} in content_types")
+                raise UnknownContentType(f"unknown content_type {unknown[0]!r} in content_types")
         _no_nul(reader_sub=reader_sub, query=query, content_types=list(content_types or ()),
                 space_ids=list(space_ids or ()))
         rows = self._fetch(

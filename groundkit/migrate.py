@@ -8,6 +8,7 @@ statements and are re-applied by every migrate run, in file-name order.
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -25,6 +26,10 @@ from groundkit.errors import DatabaseUnavailable, GroundkitError, MigrationError
 
 LOCK_SQL = "select pg_advisory_xact_lock(hashtextextended('groundkit.migrate', 0))"
 SCHEMA_SQL = "create schema if not exists groundkit"
+
+# Alembic's ``context`` is module-level state, so two runs in one process (threads) must take
+# turns; the advisory lock above serialises runs in different processes.
+_ALEMBIC = threading.Lock()
 
 
 class MigrationState(BaseModel):
@@ -68,7 +73,10 @@ def _engine_connection(dsn: str) -> Iterator[sqlalchemy.Connection]:
         try:
             return psycopg.connect(dsn)
         except psycopg.OperationalError as exc:
-            raise DatabaseUnavailable(f"cannot connect: {scrub(str(exc))}") from None
+            message = scrub(str(exc))
+        # outside the handler, so that psycopg's error (its pgconn holds the password) is not
+        # this one's __context__
+        raise DatabaseUnavailable(f"cannot connect: {message}")
 
     engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=creator, poolclass=sqlalchemy.NullPool)
     try:
@@ -84,7 +92,8 @@ def migrate(dsn: str) -> MigrationState:
     try:
         with _engine_connection(dsn) as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            with _ALEMBIC:
+                command.upgrade(cfg, "head")
             conn.commit()
     except GroundkitError:
         raise
@@ -102,7 +111,8 @@ def migration_sql() -> str:
     cfg = _alembic_config()
     buf = io.StringIO()
     cfg.output_buffer = buf
-    command.upgrade(cfg, "head", sql=True)
+    with _ALEMBIC:
+        command.upgrade(cfg, "head", sql=True)
     return buf.getvalue()
 
 

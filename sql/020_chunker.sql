@@ -30,6 +30,10 @@ $$;
 -- sentence and word breaks, with overlap_chars of overlap. The start position strictly
 -- increases on every step, so text with no separators at all (base64, long URLs, minified
 -- code) terminates for any overlap: the defect this chunker must never have.
+-- Positions are character positions in body, but substr and length walk a UTF-8 string from
+-- its start, so every read goes to `tail`, a suffix of body that starts at most a few windows
+-- before start_pos (body position p is tail position p - base). Long texts chunk in linear
+-- time instead of quadratic; the output is the same.
 create or replace function groundkit.chunk_text(body text, max_chars integer, overlap_chars integer)
 returns table (chunk_seq integer, content text)
 language plpgsql immutable parallel safe
@@ -43,6 +47,8 @@ declare
     next_pos integer;
     space_at integer;
     s integer := 0;
+    tail text := body;
+    base integer := 0;
 begin
     if max_chars is null or max_chars < 1 then
         raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
@@ -51,23 +57,28 @@ begin
         raise exception 'overlap_chars must be between 0 and max_chars - 1 (got %)', overlap_chars
             using errcode = 'GK005';
     end if;
-    if n = 0 or btrim(body) = '' then
+    if n = 0 or btrim(body, E' \n\r\t') = '' then
         chunk_seq := 0;
         content := '';
         return next;
         return;
     end if;
     loop
+        if start_pos - base > greatest(16384, 4 * max_chars) then
+            -- keep one window before start_pos: the overlap never reaches further back
+            tail := substr(tail, start_pos - max_chars - base);
+            base := start_pos - max_chars - 1;
+        end if;
         stop_pos := start_pos + max_chars - 1;
         if stop_pos >= n then
             stop_pos := n;
         else
-            cut := groundkit._last_break(substr(body, start_pos, max_chars), greatest(max_chars / 2, 1));
+            cut := groundkit._last_break(substr(tail, start_pos - base, max_chars), greatest(max_chars / 2, 1));
             if cut > 0 then
                 stop_pos := start_pos + cut - 1;
             end if;
         end if;
-        content := btrim(substr(body, start_pos, stop_pos - start_pos + 1), E' \n\r\t');
+        content := btrim(substr(tail, start_pos - base, stop_pos - start_pos + 1), E' \n\r\t');
         if content <> '' then
             chunk_seq := s;
             s := s + 1;
@@ -77,7 +88,7 @@ begin
         next_pos := stop_pos + 1 - overlap_chars;
         if overlap_chars > 0 then
             -- start the overlap at a word boundary when one is near
-            space_at := strpos(substr(body, next_pos, overlap_chars), ' ');
+            space_at := strpos(substr(tail, next_pos - base, overlap_chars), ' ');
             if space_at > 0 then
                 next_pos := next_pos + space_at;
             end if;
@@ -160,7 +171,8 @@ begin
         if length(seg_text) > max_chars then
             for piece in select * from groundkit.chunk_text(seg_text, max_chars, overlap_chars) loop
                 chunk_seq := s; content := piece.content;
-                start_ms := (el ->> 'start_ms')::bigint; end_ms := (el ->> 'end_ms')::bigint;
+                start_ms := (el ->> 'start_ms')::numeric::bigint;
+                end_ms := (el ->> 'end_ms')::numeric::bigint;
                 return next;
                 s := s + 1;
             end loop;
@@ -168,11 +180,11 @@ begin
         end if;
         if buf = '' then
             buf := seg_text;
-            buf_start := (el ->> 'start_ms')::bigint;
+            buf_start := (el ->> 'start_ms')::numeric::bigint;
         else
             buf := buf || ' ' || seg_text;
         end if;
-        buf_end := (el ->> 'end_ms')::bigint;
+        buf_end := (el ->> 'end_ms')::numeric::bigint;
     end loop;
     if buf <> '' then
         chunk_seq := s; content := buf; start_ms := buf_start; end_ms := buf_end;

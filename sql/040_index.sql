@@ -146,3 +146,45 @@ begin
         set n_chunks = t.n_chunks + excluded.n_chunks, total_len = t.total_len + excluded.total_len;
 end
 $$;
+
+-- Counter rows that net to zero still carry their term. Redaction calls this so that no
+-- counter row names a term of the redacted text: every (term, scope) group that sums to zero
+-- is removed, in every shard. The rows of those terms are locked in key order (the order
+-- writers take them in), deleted, and their net sums, exactly as deleted, are written back to
+-- this backend's shard: the totals never change, even with concurrent writers. A full pass
+-- over term_stats, which is fine for an operation as rare as redaction.
+create or replace function groundkit._compact_term_stats() returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    zero_terms text[];
+    t text[];
+    s integer[];
+    d bigint[];
+    my_shard smallint := (pg_backend_pid() % 8)::smallint;
+begin
+    select coalesce(array_agg(distinct z.term), '{}') into zero_terms
+      from (select ts.term from groundkit.term_stats ts
+             group by ts.term, ts.scope having sum(ts.df) = 0) z;
+    if cardinality(zero_terms) = 0 then
+        return;
+    end if;
+    perform 1 from groundkit.term_stats ts where ts.term = any (zero_terms)
+     order by ts.term, ts.scope, ts.shard for update;
+    with gone as (
+        delete from groundkit.term_stats ts where ts.term = any (zero_terms)
+        returning ts.term, ts.scope, ts.df)
+    select coalesce(array_agg(g.term), '{}'), coalesce(array_agg(g.scope), '{}'), coalesce(array_agg(g.df), '{}')
+      into t, s, d
+      from gone g;
+    insert into groundkit.term_stats as ts (term, scope, shard, df)
+    select u.term, u.scope, my_shard, sum(u.df)
+      from unnest(t, s, d) as u(term, scope, df)
+     group by u.term, u.scope
+    having sum(u.df) <> 0
+     order by u.term, u.scope
+    on conflict (term, scope, shard) do update set df = ts.df + excluded.df;
+    delete from groundkit.term_stats ts where ts.term = any (zero_terms) and ts.df = 0;
+end
+$$;

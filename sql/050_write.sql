@@ -214,6 +214,7 @@ begin
      where l.object_id = redact_object.object_id and not l.scrubbed
        and (l.title is not null or l.body is not null or l.segments is not null);
     perform groundkit._materialize(redact_object.object_id);
+    perform groundkit._compact_term_stats();
     return 'applied';
 end
 $$;

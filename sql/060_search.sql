@@ -63,13 +63,15 @@ begin
 
     return query
     with reader as (
-        -- exactly one active row with a known tier, or no row at all: fail closed
-        select a.member_sub, min(t.rank) as rank
-          from groundkit.reader_authority a
+        -- exactly one authority row for the reader, active, with a known tier; anything else
+        -- (no row, two rows whatever they say, another status, an unknown tier) is no row at
+        -- all: fail closed
+        select a.member_sub, t.rank
+          from (select x.member_sub, x.tier, x.status, count(*) over () as n
+                  from groundkit.reader_authority x
+                 where x.member_sub = search.reader_sub) a
           join groundkit.tiers t on t.name = a.tier
-         where a.member_sub = search.reader_sub and a.status = 'active'
-         group by a.member_sub
-        having count(*) = 1
+         where a.n = 1 and a.status = 'active'
     ),
     cfg as (
         select c.bm25_k1 as k1, c.bm25_b as b from groundkit.config c

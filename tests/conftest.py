@@ -11,7 +11,8 @@ import itertools
 import os
 import tempfile
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -139,3 +140,48 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if "version" in _server_info:
         terminalreporter.write_line(f"PostgreSQL server version: {_server_info['version']}")
+
+
+# -- fixtures for the issue-2 suite ------------------------------------------------------------
+
+RawConnection = psycopg.Connection[tuple[Any, ...]]
+
+
+@pytest.fixture
+def raw(dsn: str) -> Iterator[RawConnection]:
+    """A direct autocommit connection to this test's database, as the server's superuser."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def rolled_back(gk: Groundkit) -> Callable[[], AbstractContextManager[Groundkit]]:
+    """``with rolled_back() as gk:`` runs a block in one transaction on ``gk``'s connection,
+    checks the deferred constraints at its end, then rolls it back. Property-based tests use it
+    to start every example from the same committed state without creating a database each time.
+    """
+
+    @contextmanager
+    def block() -> Iterator[Groundkit]:
+        with gk.conn.transaction(force_rollback=True):
+            yield gk
+            gk.conn.execute("set constraints all immediate")
+
+    return block
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_fsync_on_the_embedded_server(request: pytest.FixtureRequest) -> None:
+    """The embedded test server is thrown away at the end of the session, so durability buys
+    nothing there, and every test creates and drops a database (each a checkpoint). Without
+    fsync the suite runs several times faster on a busy machine. A server named by
+    ``GROUNDKIT_TEST_DSN`` is never reconfigured."""
+    if os.environ.get("GROUNDKIT_TEST_DSN"):
+        return
+    if not any("server_dsn" in getattr(item, "fixturenames", ()) for item in request.session.items):
+        return
+    server_dsn: str = request.getfixturevalue("server_dsn")
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(sql.SQL("alter system set {} = off").format(sql.Identifier(setting)))
+        conn.execute("select pg_reload_conf()")
