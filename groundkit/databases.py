@@ -20,10 +20,12 @@ def fresh_database(server_dsn: str, name: str) -> str:
             conn.execute(sql.SQL("drop database if exists {} with (force)").format(ident))
             conn.execute(sql.SQL("create database {}").format(ident))
     except psycopg.Error as exc:
-        raise DatabaseUnavailable(
-            f"could not create the scratch database {name!r} on that server: {scrub(str(exc).strip())}"
-        ) from None
-    return make_conninfo(server_dsn, dbname=name)
+        problem = scrub(str(exc).strip())
+    else:
+        return make_conninfo(server_dsn, dbname=name)
+    # Raised outside the handler, so that neither __cause__ nor __context__ holds psycopg's
+    # error (whose pgconn carries the password).
+    raise DatabaseUnavailable(f"could not create the scratch database {name!r} on that server: {problem}")
 
 
 def drop_database(server_dsn: str, name: str) -> None:

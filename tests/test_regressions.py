@@ -159,3 +159,20 @@ def test_bm25_never_produces_a_negative_score(community: Groundkit, raw: Raw) ->
                            (query,)).fetchall()
         assert rows and all(r[0] >= 0 for r in rows)
         assert all(h.score >= 0 for h in gk.search("t0", query, k=200))
+
+
+def test_scratch_database_errors_carry_no_password() -> None:
+    """The demo and the evals create scratch databases; a failure there must not leak either."""
+    import traceback
+
+    from groundkit.databases import fresh_database
+    from groundkit.errors import DatabaseUnavailable
+
+    secret = "s3cret-scratch-pw"
+    try:
+        fresh_database(f"postgresql://user:{secret}@127.0.0.1:1/db", "groundkit_demo")
+    except DatabaseUnavailable as err:
+        assert err.__cause__ is None and err.__context__ is None
+        assert secret not in "".join(traceback.format_exception(err))
+    else:  # pragma: no cover - nothing listens on port 1
+        raise AssertionError("expected DatabaseUnavailable")
