@@ -407,7 +407,7 @@ class GoldenRun:
 
     def check_redaction(self, object_id: str) -> None:
         obj = self.golden.object(object_id)
-        needles = list(obj.secrets) + [obj.title, *(x for x in [obj.body] if x)]
+        needles = [*obj.secrets, obj.title, *(x for x in [obj.body] if x)]
         counts = Counts()
         problems = []
         # 1. search: no reader gets any hit containing the text
@@ -488,7 +488,8 @@ def scan_schema(conn: psycopg.Connection[Any], needles: Sequence[str]) -> list[t
 
 def _zero_df_only(conn: psycopg.Connection[Any], lexemes: Sequence[str]) -> bool:
     row = conn.execute("select coalesce(bool_and(s = 0), true) as z from (select sum(df) as s from"
-                       " groundkit.term_stats where term = any(%s) group by term, scope) x", (list(lexemes),)).fetchone()
+                       " groundkit.term_stats where term = any(%s) group by term, scope) x",
+                       (list(lexemes),)).fetchone()
     return bool(row["z"]) if row else True
 
 

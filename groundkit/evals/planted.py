@@ -65,27 +65,32 @@ VARIANTS: dict[str, dict[str, str]] = {
 }
 
 
-def _function(name: str, v: dict[str, str]) -> sql.Composed:
-    body = f"""
-    with q as ({_QUERY}),
+_BODY = """
+    with q as ({query}),
     reader as (
         select a.member_sub, t.rank from groundkit.reader_authority a
           join groundkit.tiers t on t.name = a.tier
-         where a.member_sub = p_reader_sub and {v['status']}
+         where a.member_sub = p_reader_sub and {status}
     ),
-    cand as ({_CANDIDATES} {v['prelimit']})
+    cand as ({candidates} {prelimit})
     select x.object_id, x.object_version, x.title, x.content
       from cand x cross join reader r
-     where r.rank >= x.obj_rank and r.rank >= x.space_rank and {_PRIVATE_OK} and {v['owner']}
+     where r.rank >= x.obj_rank and r.rank >= x.space_rank and {private_ok} and {owner}
      order by x.score desc, x.object_id, x.chunk_seq
      limit p_k
-    """
+"""
+
+
+def _function(name: str, v: dict[str, str]) -> sql.Composed:
+    body = sql.SQL(_BODY).format(
+        query=sql.SQL(_QUERY), candidates=sql.SQL(_CANDIDATES), private_ok=sql.SQL(_PRIVATE_OK),
+        status=sql.SQL(v["status"]), prelimit=sql.SQL(v["prelimit"]), owner=sql.SQL(v["owner"]))
     return sql.SQL(
         "create or replace function {}.{}(p_reader_sub text, p_query text, p_k integer,"
         " p_content_types text[], p_space_ids text[])"
         " returns table (object_id text, object_version bigint, title text, content text)"
-        " language sql stable set search_path = pg_catalog, pg_temp as {}"
-    ).format(sql.Identifier(SCHEMA), sql.Identifier(name), sql.Literal(body))
+        " language sql stable set search_path = pg_catalog, pg_temp as $planted$ {} $planted$"
+    ).format(sql.Identifier(SCHEMA), sql.Identifier(name), body)
 
 
 def install(conn: psycopg.Connection[Any]) -> None:
