@@ -6,17 +6,26 @@ process, so what another connection commits counts from the next call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from pydantic import BaseModel, ValidationError
 
 from groundkit.config import Settings
-from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument, from_psycopg, scrub
+from groundkit.errors import (
+    DatabaseUnavailable,
+    GroundkitError,
+    InvalidArgument,
+    UnknownContentType,
+    from_psycopg,
+    scrub,
+)
 from groundkit.models import (
     CONTENT_TYPES,
     MAX_K,
@@ -31,6 +40,21 @@ from groundkit.models import (
 )
 
 Connection = psycopg.Connection[dict[str, Any]]
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validate(model: type[M], data: dict[str, Any]) -> M:
+    """Validate arguments into a boundary model; a bad argument is an :class:`InvalidArgument`
+    (:class:`UnknownContentType` for a content type), never a bare pydantic error."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or model.__name__
+        message = f"{where}: {first['msg']}"
+        if first["loc"][:1] == ("content_type",):
+            raise UnknownContentType(f"unknown content_type {data.get('content_type')!r}") from None
+        raise InvalidArgument(message) from None
 
 
 def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str:
@@ -116,7 +140,7 @@ class Groundkit:
     # -- live authority ------------------------------------------------------------------
 
     def put_member(self, member_sub: str, tier: str, status: str = "active") -> None:
-        m = Member.model_validate({"member_sub": member_sub, "tier": tier, "status": status})
+        m = _validate(Member, {"member_sub": member_sub, "tier": tier, "status": status})
         _no_nul(member_sub=m.member_sub, tier=m.tier)
         self._fetch(
             "select groundkit.put_member(member_sub => %(member_sub)s, tier => %(tier)s, status => %(status)s)",
@@ -124,7 +148,7 @@ class Groundkit:
         )
 
     def put_space(self, space_id: str, min_tier: str = "T0", private: bool = False) -> None:
-        s = Space.model_validate({"space_id": space_id, "min_tier": min_tier, "private": private})
+        s = _validate(Space, {"space_id": space_id, "min_tier": min_tier, "private": private})
         _no_nul(space_id=s.space_id, min_tier=s.min_tier)
         self._fetch(
             "select groundkit.put_space(space_id => %(space_id)s, min_tier => %(min_tier)s,"
@@ -159,6 +183,10 @@ class Groundkit:
         params["segments"] = (
             Jsonb([s.model_dump() for s in obj.segments]) if obj.segments is not None else None
         )
+        try:
+            json.dumps(obj.metadata)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"metadata must be JSON: {exc}") from None
         params["metadata"] = Jsonb(obj.metadata)
         status = self._scalar(
             "select groundkit.put_object(object_id => %(object_id)s, version => %(version)s,"
@@ -185,7 +213,8 @@ class Groundkit:
         metadata: dict[str, Any] | None = None,
     ) -> WriteResult:
         """Append a version of an object to the log and update the derived views."""
-        obj = ContentObject.model_validate(
+        obj = _validate(
+            ContentObject,
             {
                 "object_id": object_id, "version": version, "content_type": content_type,
                 "space_id": space_id, "tier_visibility": tier_visibility, "title": title,
