@@ -70,7 +70,7 @@ def diff_lines(before: Sequence[str], after: Sequence[str], limit: int = 20) -> 
 def structure_problems(conn: psycopg.Connection[Any]) -> list[str]:
     problems = []
     for what, query in STRUCTURE.items():
-        rows = conn.execute(query).fetchall()  # type: ignore[arg-type]
+        rows = conn.execute(query).fetchall()
         if rows:
             problems.append(f"{what}: {[tuple(r.values()) if isinstance(r, dict) else tuple(r) for r in rows[:5]]}")
     return problems
