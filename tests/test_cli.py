@@ -1,0 +1,120 @@
+"""The CLI is a thin layer over the library; its docs cannot drift from its commands."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import typer
+from typer.testing import CliRunner
+
+from groundkit.cli import app
+from groundkit.client import Groundkit
+
+ROOT = Path(__file__).resolve().parent.parent
+runner = CliRunner()
+
+
+def _commands(group: typer.Typer, prefix: str = "") -> list[str]:
+    names = []
+    for info in group.registered_commands:
+        assert info.callback is not None
+        names.append(prefix + (info.name or info.callback.__name__.replace("_", "-")))
+    for sub in group.registered_groups:
+        assert sub.typer_instance is not None
+        names += _commands(sub.typer_instance, f"{prefix}{sub.name} ")
+    return names
+
+
+def test_every_command_has_help_and_is_documented() -> None:
+    docs = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    commands = _commands(app)
+    assert {"migrate", "demo", "search", "db url", "db status", "db stop", "put-member"} <= set(commands)
+    for name in commands:
+        result = runner.invoke(app, [*name.split(), "--help"])
+        assert result.exit_code == 0, result.output
+        assert re.search(rf"`groundkit {re.escape(name)}\b", docs), f"`groundkit {name}` missing from docs/cli.md"
+
+
+def test_unknown_config_key_fails_at_startup(monkeypatch: object) -> None:
+    result = runner.invoke(app, ["db", "status"], env={"GROUNDKIT_DNS": "typo"})
+    assert result.exit_code == 2
+    assert "GROUNDKIT_DNS" in result.output
+
+
+def test_migrate_sql_prints_ddl_without_a_database() -> None:
+    result = runner.invoke(app, ["migrate", "--sql"], env={"GROUNDKIT_DSN": "postgresql://nobody@127.0.0.1:1/x"})
+    assert result.exit_code == 0, result.output
+    assert "create table groundkit.content_log" in result.output
+    assert "create or replace function groundkit.search" in result.output
+
+
+def test_migrate_list_and_search_json(dsn: str) -> None:
+    listed = runner.invoke(app, ["migrate", "--list", "--dsn", dsn])
+    assert listed.exit_code == 0, listed.output
+    assert "applied  0001" in listed.output
+    assert runner.invoke(app, ["put-member", "ana", "T1", "--dsn", dsn]).exit_code == 0
+    assert runner.invoke(app, ["put-space", "commons", "--dsn", dsn]).exit_code == 0
+    with Groundkit.connect(dsn) as gk:
+        gk.put_object("p1", 1, "board_post", "commons", "T0", "Pricing", "How to price a commission")
+        gk.put_object("p2", 1, "board_post", "commons", "T2", "Pricing, T2", "Price lists for commissions")
+    result = runner.invoke(app, ["search", "--as", "ana", "price commission", "--json", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    hits = [json.loads(line) for line in result.output.splitlines()]
+    assert [h["object_id"] for h in hits] == ["p1"]
+
+
+def test_errors_are_one_line_with_sqlstate(dsn: str) -> None:
+    result = runner.invoke(app, ["put-member", "ana", "T9", "--dsn", dsn])
+    assert result.exit_code == 1
+    assert "GK002" in result.output and "unknown tier" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_ingest_shows_statuses(dsn: str, tmp_path: Path) -> None:
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+    line = {"object_id": "p1", "version": 1, "content_type": "board_post", "space_id": "commons",
+            "tier_visibility": "T0", "title": "t", "body": "b"}
+    path = tmp_path / "objects.jsonl"
+    path.write_text(json.dumps(line) + "\n" + json.dumps(line) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    assert "1 applied" in result.output and "1 duplicate" in result.output
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({**line, "colour": "red"}) + "\n", encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(bad), "--dsn", dsn])
+    assert result.exit_code == 1 and "bad.jsonl:1" in result.output
+
+
+def test_demo_runs_end_to_end(server_dsn: str) -> None:
+    """The main job: the demo on a real server, in its own database."""
+    result = runner.invoke(app, ["demo", "--dsn", server_dsn], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "Gone: " in out and "Wholesale vs commissions" in out
+    assert "put_object(version 1) retried -> tombstoned" in out
+    assert "checksum unchanged" in out.replace("\n", " ")
+
+
+def test_db_url_status_stop_manage_the_embedded_server(tmp_path: Path) -> None:
+    home = tmp_path / "gkhome"
+    env = {"GROUNDKIT_HOME": str(home), "GROUNDKIT_DSN": ""}
+    before = runner.invoke(app, ["db", "status"], env=env)
+    assert before.exit_code == 0, before.output
+    assert "initialised:    no" in before.output and str(home) in before.output
+    url = runner.invoke(app, ["db", "url"], env=env)
+    try:
+        assert url.exit_code == 0, url.output
+        assert "its data lives in" in url.output  # the first start says where the data lives
+        dsn = url.stdout.strip()
+        with Groundkit.connect(dsn) as gk:
+            assert gk.conn.execute("select current_database() as db").fetchone() == {"db": "groundkit"}
+        running = runner.invoke(app, ["db", "status"], env=env)
+        assert "running:        yes" in running.output
+    finally:
+        stopped = runner.invoke(app, ["db", "stop"], env=env)
+    assert stopped.exit_code == 0 and "stopped" in stopped.output
+    after = runner.invoke(app, ["db", "status"], env=env)
+    assert "running:        no" in after.output and "initialised:    yes" in after.output
