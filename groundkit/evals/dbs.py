@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -51,6 +52,7 @@ class ThrowawayServer:
 
     def close(self) -> None:
         self._server.cleanup()
+        shutil.rmtree(self._tmp, ignore_errors=True)
 
 
 class GateDatabases:
