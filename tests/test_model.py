@@ -20,7 +20,8 @@ _n = itertools.count()
 def test_model_statuses() -> None:
     m = Model()
     m.put_space("s", "T0")
-    kw: dict[str, Any] = {"content_type": "board_post", "space_id": "s", "tier_visibility": "T1", "title": "t", "body": "b"}
+    kw: dict[str, Any] = {"content_type": "board_post", "space_id": "s", "tier_visibility": "T1", "title": "t",
+                          "body": "b"}
     assert m.put_object("o", 2, **kw) == "applied"
     assert m.put_object("o", 2, **kw) == "duplicate"
     assert m.put_object("o", 1, **kw) == "stale"
