@@ -6,6 +6,7 @@ process, so what another connection commits counts from the next call.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -39,7 +40,6 @@ from groundkit.models import (
 )
 
 Connection = psycopg.Connection[dict[str, Any]]
-
 
 def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str:
     """``dsn`` if given, else ``GROUNDKIT_DSN``, else the embedded server (started if needed)."""
@@ -189,6 +189,10 @@ class Groundkit:
         params["segments"] = (
             Jsonb([s.model_dump() for s in obj.segments]) if obj.segments is not None else None
         )
+        try:
+            json.dumps(obj.metadata)
+        except (TypeError, ValueError) as exc:
+            raise InvalidArgument(f"metadata must be JSON: {exc}") from None
         params["metadata"] = Jsonb(obj.metadata)
         status = self._scalar(
             "select groundkit.put_object(object_id => %(object_id)s, version => %(version)s,"

@@ -106,6 +106,11 @@ begin
                 put_object.object_id, put_object.version
                 using errcode = 'GK001', hint = 'Write a higher version to change an object.';
         end if;
+        if cur.space_id is distinct from put_object.space_id then
+            -- The old chunks leave the old space's statistics: hold that space too, so that a
+            -- concurrent put_space cannot move them between scopes at the same moment.
+            perform 1 from groundkit.spaces s where s.space_id = cur.space_id for share;
+        end if;
     end if;
 
     insert into groundkit.content_log (object_id, version, op, content_type, space_id, tier_visibility,
@@ -180,6 +185,11 @@ begin
     perform groundkit._check_write(delete_object.object_id, delete_object.version);
     perform groundkit._lock_object(delete_object.object_id);
     select * into cur from groundkit.objects o where o.object_id = delete_object.object_id for update;
+    if found and cur.state = 'live' then
+        -- the chunks leave the space's statistics: serialise with put_space on that space
+        -- (which moves them between statistics scopes), as put_object and retier_object do
+        perform 1 from groundkit.spaces s where s.space_id = cur.space_id for share;
+    end if;
     if found and cur.state <> 'live' then
         return 'tombstoned';
     end if;
@@ -204,6 +214,11 @@ begin
     perform groundkit._check_write(redact_object.object_id, redact_object.version);
     perform groundkit._lock_object(redact_object.object_id);
     select * into cur from groundkit.objects o where o.object_id = redact_object.object_id for update;
+    if found and cur.state = 'live' then
+        -- the chunks leave the space's statistics: serialise with put_space on that space
+        -- (which moves them between statistics scopes), as put_object and retier_object do
+        perform 1 from groundkit.spaces s where s.space_id = cur.space_id for share;
+    end if;
     if found and cur.state = 'redacted' then
         return 'tombstoned';
     end if;

@@ -234,6 +234,9 @@ def test_reader_authority_can_point_at_the_apps_membership_table(world: Groundki
     raw.execute("create schema app")
     raw.execute("create table app.accounts (sub text primary key, plan text, state text)")
     raw.execute("insert into app.accounts values ('alice', 'T2', 'active'), ('bob', 'T0', 'active')")
+    # search runs as groundkit_owner (SECURITY DEFINER), which reads the view with its rights
+    raw.execute("grant usage on schema app to groundkit_owner")
+    raw.execute("grant select on app.accounts to groundkit_owner")
     raw.execute(
         "create or replace view groundkit.reader_authority as"
         " select sub as member_sub, plan as tier, state as status from app.accounts"

@@ -11,11 +11,13 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from groundkit.cli import eval_gate
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import resolve_dsn
 from groundkit.errors import InvalidArgument
 
 app = typer.Typer(help="Run groundkit's evals.", no_args_is_help=True)
+app.command("gate")(eval_gate.gate)
 
 
 @app.command()

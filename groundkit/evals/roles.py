@@ -1,0 +1,239 @@
+"""Least privilege, as Postgres sees it.
+
+Two halves, in the style of pgai's privilege tests:
+
+- the catalog: every privilege PUBLIC, ``groundkit_reader`` and ``groundkit_writer`` hold on
+  the schema and anything in it, who owns what, and which functions are SECURITY DEFINER, as
+  a grid compared with ``evals/permission/privileges.txt``;
+- the behaviour: non-superuser login roles that are members of those roles connect and try
+  both doors. Direct table access is denied; the functions work.
+
+Login roles are cluster-wide: they get a random name and are dropped at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.rows import dict_row
+
+from groundkit.evals.dbs import GateDatabases, connect_dict
+from groundkit.evals.tap import Counts, Tap
+
+TABLES = ("chunks", "config", "content_log", "content_types", "members", "objects", "postings", "reader_authority",
+          "scope_stats", "space_grants", "spaces", "term_stats", "tiers")
+
+GRID_SQL = """
+with acl as (
+    select 'schema' as kind, n.nspname::text as object, a.grantee, a.privilege_type
+      from pg_catalog.pg_namespace n, aclexplode(n.nspacl) a where n.nspname = 'groundkit'
+    union all
+    select case c.relkind when 'v' then 'view' when 'S' then 'sequence' else 'table' end,
+           'groundkit.' || c.relname, a.grantee, a.privilege_type
+      from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace,
+           aclexplode(coalesce(c.relacl,
+                               acldefault((case when c.relkind = 'S' then 's' else 'r' end)::"char", c.relowner))) a
+     where n.nspname = 'groundkit' and c.relkind in ('r', 'p', 'v', 'm', 'S')
+    union all
+    select 'function', p.oid::regprocedure::text, a.grantee, a.privilege_type
+      from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace,
+           aclexplode(coalesce(p.proacl, acldefault('f'::"char", p.proowner))) a
+     where n.nspname = 'groundkit'
+)
+select concat_ws('  ', case when acl.grantee = 0 then 'PUBLIC' else pg_catalog.pg_get_userbyid(acl.grantee) end,
+                 acl.kind, acl.object, acl.privilege_type) as line
+  from acl
+ where acl.grantee = 0 or pg_catalog.pg_get_userbyid(acl.grantee) in ('groundkit_reader', 'groundkit_writer')
+union all
+select concat_ws('  ', 'security definer', p.oid::regprocedure::text,
+                 'owner=' || pg_catalog.pg_get_userbyid(p.proowner),
+                 array_to_string(p.proconfig, ','))
+  from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+ where n.nspname = 'groundkit' and p.prosecdef
+union all
+select concat_ws('  ', 'owner', 'schema groundkit', pg_catalog.pg_get_userbyid(n.nspowner))
+  from pg_catalog.pg_namespace n where n.nspname = 'groundkit'
+union all
+select concat_ws('  ', 'not owned by groundkit_owner', c.relname)
+  from pg_catalog.pg_class c join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+ where n.nspname = 'groundkit' and c.relkind in ('r', 'p', 'v', 'm', 'S')
+   and pg_catalog.pg_get_userbyid(c.relowner) <> 'groundkit_owner'
+union all
+select concat_ws('  ', 'not owned by groundkit_owner', p.oid::regprocedure::text)
+  from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+ where n.nspname = 'groundkit' and pg_catalog.pg_get_userbyid(p.proowner) <> 'groundkit_owner'
+order by 1
+"""
+
+
+def privilege_grid(conn: psycopg.Connection[Any]) -> list[str]:
+    return [str(r["line"] if isinstance(r, dict) else r[0]) for r in conn.execute(GRID_SQL).fetchall()]
+
+
+def expected_grid() -> list[str]:
+    text = resources.files("groundkit.evals.permission").joinpath("privileges.txt").read_text(encoding="utf-8")
+    return sorted(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
+
+
+@dataclass(frozen=True)
+class Logins:
+    reader: str
+    writer: str
+    nobody: str
+
+
+@contextmanager
+def login_roles(admin_dsn: str, db_dsn: str) -> Iterator[Logins]:
+    """Non-superuser login roles (members of groundkit_reader / groundkit_writer / nothing),
+    dropped afterwards. Yields DSNs for ``db_dsn``'s database."""
+    token = secrets.token_hex(4)
+    password = secrets.token_urlsafe(18)
+    names = {kind: f"gk_gate_{token}_{kind}" for kind in ("reader", "writer", "nobody")}
+    member_of = {"reader": "groundkit_reader", "writer": "groundkit_writer", "nobody": None}
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        try:
+            for kind, name in names.items():
+                conn.execute(sql.SQL("create role {} login password {} nosuperuser nocreatedb nocreaterole").format(
+                    sql.Identifier(name), sql.Literal(password)))
+                if member_of[kind]:
+                    conn.execute(sql.SQL("grant {} to {}").format(sql.Identifier(str(member_of[kind])),
+                                                                  sql.Identifier(name)))
+            yield Logins(**{k: make_conninfo(db_dsn, user=n, password=password) for k, n in names.items()})
+        finally:
+            for name in names.values():
+                with contextlib.suppress(psycopg.Error):
+                    conn.execute(sql.SQL("drop role if exists {}").format(sql.Identifier(name)))
+
+
+def _attempt(dsn: str, statement: str | sql.Composable, params: tuple[Any, ...] = ()) -> str:
+    """'ok' or the SQLSTATE the statement failed with (each attempt on its own connection)."""
+    try:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+            conn.execute(statement, params)  # type: ignore[arg-type]
+            return "ok"
+    except psycopg.Error as exc:
+        return exc.sqlstate or type(exc).__name__
+
+
+def _select_all(table: str) -> sql.Composed:
+    return sql.SQL("select * from {}.{} limit 1").format(sql.Identifier("groundkit"), sql.Identifier(table))
+
+
+SEARCH = ("select object_id from groundkit.search(reader_sub => %s, query => %s, k => 10)", ("alice", "kiln"))
+WRITES: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "put_member": ("select groundkit.put_member(member_sub => %s, tier => 'T1')", ("zed",)),
+    "put_space": ("select groundkit.put_space(space_id => %s)", ("new-space",)),
+    "grant_space": ("select groundkit.grant_space(space_id => 'board', member_sub => %s)", ("zed",)),
+    "revoke_space": ("select groundkit.revoke_space(space_id => 'board', member_sub => %s)", ("zed",)),
+    "put_object": ("select groundkit.put_object(object_id => %s, version => 1, content_type => 'board_post',"
+                   " space_id => 'board', tier_visibility => 'T0', title => 'x', body => 'kiln notes')", ("w1",)),
+    "retier_object": ("select groundkit.retier_object(object_id => %s, version => 2, tier_visibility => 'T1')",
+                      ("w1",)),
+    "delete_object": ("select groundkit.delete_object(object_id => %s, version => 3)", ("w1",)),
+    "redact_object": ("select groundkit.redact_object(object_id => %s, version => 4)", ("w1",)),
+}
+ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "rebuild": ("select groundkit.rebuild()", ()),
+    "state_checksum": ("select groundkit.state_checksum()", ()),
+    "_materialize": ("select groundkit._materialize(%s)", ("p1",)),
+    "_restat_space": ("select groundkit._restat_space(%s)", ("board",)),
+    "log UPDATE": ("update groundkit.content_log set body = 'x'", ()),
+}
+
+
+def _world(dsn: str) -> None:
+    with connect_dict(dsn) as conn:
+        conn.execute("select groundkit.put_member('alice', 'T1')")
+        conn.execute("select groundkit.put_space('board', 'T0')")
+        conn.execute("select groundkit.put_object(object_id => 'p1', version => 1, content_type => 'board_post',"
+                     " space_id => 'board', tier_visibility => 'T1', title => 'Kiln', body => 'kiln schedule')")
+        conn.execute("select groundkit.put_object(object_id => 'p2', version => 1, content_type => 'board_post',"
+                     " space_id => 'board', tier_visibility => 'T3', title => 'Kiln', body => 'kiln secrets')")
+
+
+def run_section(dbs: GateDatabases, tap: Tap, opts: Any) -> None:
+    dsn = dbs.clone()
+    try:
+        _run(dbs.admin_dsn, dsn, tap)
+    finally:
+        dbs.drop(dsn)
+
+
+def _grid_check(dsn: str, tap: Tap) -> None:
+    with connect_dict(dsn) as conn:
+        got = privilege_grid(conn)
+    want = expected_grid()
+    extra = [f"+ {line}" for line in got if line not in want]
+    missing = [f"- {line}" for line in want if line not in got]
+    tap.check(not extra and not missing, f"privilege grid matches privileges.txt ({len(want)} lines: grants to "
+              "PUBLIC/reader/writer, owners, SECURITY DEFINER functions)", extra + missing,
+              counts=Counts(privileges=len(extra) + len(missing)))
+
+
+def _run(admin_dsn: str, dsn: str, tap: Tap) -> None:
+    _grid_check(dsn, tap)
+    _world(dsn)
+    with login_roles(admin_dsn, dsn) as who:
+        def expect(description: str, dsn_: str, cases: dict[str, tuple[Any, tuple[Any, ...]]],
+                   want: Callable[[str], bool], wording: str) -> None:
+            results = {name: _attempt(dsn_, stmt, params) for name, (stmt, params) in cases.items()}
+            bad = [f"{name}: {r} ({wording})" for name, r in results.items() if not want(r)]
+            tap.check(not bad, description, bad, counts=Counts(privileges=len(bad)))
+
+        denied = ("42501".__eq__)
+        tables = {t: (_select_all(t), ()) for t in TABLES}
+        expect(f"reader login: SELECT on every groundkit table and view is denied ({len(TABLES)} relations)",
+               who.reader, tables, denied, "want 42501 permission denied")
+        expect("reader login: write, membership and admin functions are denied", who.reader,
+               {**WRITES, **ADMIN_ONLY}, denied, "want 42501")
+        rows = []
+        try:
+            with psycopg.connect(who.reader, autocommit=True) as conn:
+                rows = [r[0] for r in conn.execute(SEARCH[0], SEARCH[1]).fetchall()]
+        except psycopg.Error as exc:
+            rows = [f"error {exc.sqlstate}: {exc}"]
+        tap.check(rows == ["p1"], "reader login: groundkit.search works and applies the predicate (SECURITY DEFINER)",
+                  [f"got {rows}, want ['p1']"], counts=Counts(privileges=int(rows != ["p1"])))
+        expect(f"writer login: SELECT on every groundkit table and view is denied ({len(TABLES)} relations)",
+               who.writer, tables, denied, "want 42501 permission denied")
+        expect("writer login: every write and membership function works", who.writer, WRITES, "ok".__eq__, "want ok")
+        expect("writer login: search and admin functions are denied", who.writer,
+               {"search": SEARCH, **ADMIN_ONLY}, denied, "want 42501")
+        expect("login without a groundkit role: search and writes are denied", who.nobody,
+               {"search": SEARCH, "put_object": WRITES["put_object"], "chunks": tables["chunks"]}, denied,
+               "want 42501")
+        _app_authority(dsn, who, tap)
+
+
+def _app_authority(dsn: str, who: Logins, tap: Tap) -> None:
+    """An app points groundkit.reader_authority at its own membership table."""
+    with connect_dict(dsn) as conn:
+        conn.execute("create schema app")
+        conn.execute("create table app.people (sub text primary key, plan text not null, state text not null)")
+        conn.execute("insert into app.people values ('alice', 'T3', 'active'), ('bob', 'T1', 'active')")
+        conn.execute("create or replace view groundkit.reader_authority as"
+                     " select p.sub as member_sub, p.plan as tier, p.state as status from app.people p")
+    before = _attempt(who.reader, *SEARCH)
+    tap.check(before == "42501", "app-owned authority table without a grant to groundkit_owner: search fails "
+              "closed with permission denied", [f"got {before}, want 42501"], counts=Counts(privileges=int(
+                  before != "42501")))
+    with connect_dict(dsn) as conn:
+        conn.execute("grant usage on schema app to groundkit_owner")
+        conn.execute("grant select on app.people to groundkit_owner")
+    with psycopg.connect(who.reader, autocommit=True) as conn:
+        rows = sorted(r[0] for r in conn.execute(SEARCH[0], SEARCH[1]).fetchall())
+        table = _attempt(who.reader, "select * from app.people")
+    ok = rows == ["p1", "p2"] and table == "42501"
+    tap.check(ok, "app-owned authority table granted to groundkit_owner: search reads the app's tiers (T3 sees "
+              "both posts), while the reader still cannot SELECT the app's table",
+              [f"search {rows}, want ['p1', 'p2']; SELECT app.people: {table}, want 42501"],
+              counts=Counts(privileges=int(not ok)))

@@ -1,0 +1,144 @@
+-- Least privilege, as Postgres sees it. Replaceable, and deliberately the last file: every
+-- `create or replace function` in an earlier file resets SECURITY DEFINER and may create new
+-- functions with EXECUTE for PUBLIC, so this file re-establishes the grid on every migrate.
+--
+--   groundkit_owner   owns the schema and everything in it; the SECURITY DEFINER functions
+--                     run as this role. NOLOGIN.
+--   groundkit_writer  may call the write and membership functions. NOLOGIN.
+--   groundkit_reader  may call groundkit.search and nothing else: no SELECT on chunks, the
+--                     log or members, so it cannot go around the permission predicate. NOLOGIN.
+--
+-- Apps log in as their own roles and are granted one of these (`grant groundkit_reader to app_api`).
+-- Roles are cluster-wide: they are created once, guarded by existence checks, and a migrate that
+-- may not create roles (no CREATEROLE) warns and goes on; the grants below then wait for a
+-- migrate by a role that can.
+
+do $roles$
+declare
+    r text;
+begin
+    foreach r in array array['groundkit_owner', 'groundkit_writer', 'groundkit_reader'] loop
+        if not exists (select 1 from pg_catalog.pg_roles where rolname = r) then
+            begin
+                execute format('create role %I nologin', r);
+            exception
+                when duplicate_object or unique_violation then
+                    null;  -- another database's migrate created it at the same moment
+                when insufficient_privilege then
+                    raise warning 'groundkit: cannot create role % (needs CREATEROLE); least-privilege roles are not set up', r;
+            end;
+        end if;
+    end loop;
+end
+$roles$;
+
+-- Hand the schema and everything in it to groundkit_owner, when the migrating role may do so and
+-- keeps its privileges through membership (a superuser always may). Otherwise the migrating role
+-- stays the owner, and the SECURITY DEFINER functions run as it.
+do $owner$
+declare
+    obj record;
+    may_set boolean;
+begin
+    if not exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_owner') then
+        return;
+    end if;
+    if current_setting('server_version_num')::integer >= 160000 then
+        execute 'select pg_catalog.pg_has_role(current_user, ''groundkit_owner'', ''SET'')' into may_set;
+    else
+        may_set := pg_catalog.pg_has_role(current_user, 'groundkit_owner', 'MEMBER');
+    end if;
+    if not (may_set and pg_catalog.pg_has_role(current_user, 'groundkit_owner', 'USAGE')) then
+        raise notice 'groundkit: % is not a member of groundkit_owner; objects stay owned by %',
+            current_user, current_user;
+        return;
+    end if;
+    execute 'alter schema groundkit owner to groundkit_owner';
+    for obj in
+        select c.relname, c.relkind
+          from pg_catalog.pg_class c
+          join pg_catalog.pg_namespace n on n.oid = c.relnamespace
+         where n.nspname = 'groundkit' and c.relkind in ('r', 'p', 'v', 'm', 'S', 'f')
+           and pg_catalog.pg_get_userbyid(c.relowner) <> 'groundkit_owner'
+           -- identity sequences follow their table
+           and not exists (select 1 from pg_catalog.pg_depend d
+                            where d.objid = c.oid and d.deptype in ('a', 'i') and c.relkind = 'S')
+    loop
+        execute format('alter %s groundkit.%I owner to groundkit_owner',
+                       case obj.relkind when 'v' then 'view' when 'm' then 'materialized view'
+                                        when 'S' then 'sequence' when 'f' then 'foreign table'
+                                        else 'table' end,
+                       obj.relname);
+    end loop;
+    for obj in
+        select p.oid::regprocedure as sig
+          from pg_catalog.pg_proc p
+          join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+         where n.nspname = 'groundkit' and pg_catalog.pg_get_userbyid(p.proowner) <> 'groundkit_owner'
+    loop
+        execute format('alter routine %s owner to groundkit_owner', obj.sig);
+    end loop;
+    for obj in
+        select c.cfgname
+          from pg_catalog.pg_ts_config c
+          join pg_catalog.pg_namespace n on n.oid = c.cfgnamespace
+         where n.nspname = 'groundkit' and pg_catalog.pg_get_userbyid(c.cfgowner) <> 'groundkit_owner'
+    loop
+        execute format('alter text search configuration groundkit.%I owner to groundkit_owner', obj.cfgname);
+    end loop;
+end
+$owner$;
+
+-- Nothing for PUBLIC: functions are created with EXECUTE for PUBLIC, so take it back from every
+-- function in the schema (internal helpers such as _materialize included), on every migrate.
+revoke all on schema groundkit from public;
+revoke all on all tables in schema groundkit from public;
+revoke all on all sequences in schema groundkit from public;
+revoke execute on all functions in schema groundkit from public;
+
+-- The public API runs as the owner, with a pinned search_path (each function already sets
+-- `search_path = pg_catalog, pg_temp`; it is re-pinned here so that the pair cannot drift).
+-- Internal helpers stay SECURITY INVOKER: called from these, they run as the owner anyway.
+do $definer$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.search(text, text, integer, text[], text[])',
+        'groundkit.put_member(text, text, text)',
+        'groundkit.put_space(text, text, boolean)',
+        'groundkit.grant_space(text, text)',
+        'groundkit.revoke_space(text, text)',
+        'groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb)',
+        'groundkit.retier_object(text, bigint, text)',
+        'groundkit.delete_object(text, bigint)',
+        'groundkit.redact_object(text, bigint)',
+        'groundkit.snapshot_marker()'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+    end loop;
+end
+$definer$;
+
+do $grants$
+begin
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant usage on schema groundkit to groundkit_reader;
+        grant execute on function groundkit.search(text, text, integer, text[], text[]) to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+        grant usage on schema groundkit to groundkit_writer;
+        grant execute on function
+            groundkit.put_member(text, text, text),
+            groundkit.put_space(text, text, boolean),
+            groundkit.grant_space(text, text),
+            groundkit.revoke_space(text, text),
+            groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb),
+            groundkit.retier_object(text, bigint, text),
+            groundkit.delete_object(text, bigint),
+            groundkit.redact_object(text, bigint),
+            groundkit.snapshot_marker()
+        to groundkit_writer;
+    end if;
+end
+$grants$;
