@@ -24,6 +24,58 @@ as $$
     select pg_advisory_xact_lock(hashtextextended('groundkit.object:' || object_id, 0))
 $$;
 
+-- The argument checks of put_object (and of each element of put_objects).
+create or replace function groundkit._check_put(
+    object_id text, version bigint, content_type text, space_id text, tier_visibility text,
+    title text, body text, owner_sub text, owner_only boolean, segments jsonb, metadata jsonb)
+returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform groundkit._check_write(_check_put.object_id, _check_put.version);
+    if not exists (select 1 from groundkit.content_types t where t.name = _check_put.content_type) then
+        raise exception 'unknown content_type %', coalesce(quote_literal(_check_put.content_type), 'NULL')
+            using errcode = 'GK004', hint = 'Known content types are listed in groundkit.content_types.';
+    end if;
+    perform groundkit._tier_rank(_check_put.tier_visibility);
+    if not exists (select 1 from groundkit.spaces s where s.space_id = _check_put.space_id) then
+        raise exception 'unknown space %', coalesce(quote_literal(_check_put.space_id), 'NULL')
+            using errcode = 'GK003';
+    end if;
+    if _check_put.title is null then
+        raise exception 'title must not be NULL (use an empty string)' using errcode = 'GK005';
+    end if;
+    if _check_put.owner_only is null then
+        raise exception 'owner_only must be true or false' using errcode = 'GK005';
+    end if;
+    if _check_put.owner_only and _check_put.owner_sub is null then
+        raise exception 'an owner_only object needs an owner_sub' using errcode = 'GK005';
+    end if;
+    if _check_put.owner_sub is not null then
+        perform groundkit._check_id('owner_sub', _check_put.owner_sub);
+    end if;
+    if jsonb_typeof(_check_put.metadata) <> 'object' then
+        raise exception 'metadata must be a JSON object' using errcode = 'GK005';
+    end if;
+    if _check_put.content_type = 'transcript' then
+        if _check_put.segments is not null then
+            perform groundkit._check_segments(_check_put.segments);
+        elsif _check_put.body is null then
+            raise exception 'a transcript needs segments or a body' using errcode = 'GK005';
+        end if;
+    else
+        if _check_put.segments is not null then
+            raise exception 'segments are only accepted for content_type ''transcript''' using errcode = 'GK005';
+        end if;
+        if _check_put.body is null then
+            raise exception 'body must not be NULL (use an empty string)' using errcode = 'GK005';
+        end if;
+    end if;
+
+end
+$$;
+
 create or replace function groundkit.put_object(
     object_id text,
     version bigint,
@@ -45,47 +97,12 @@ declare
     h text;
     meta jsonb := coalesce(put_object.metadata, '{}'::jsonb);
 begin
-    perform groundkit._check_write(put_object.object_id, put_object.version);
-    if not exists (select 1 from groundkit.content_types t where t.name = put_object.content_type) then
-        raise exception 'unknown content_type %', coalesce(quote_literal(put_object.content_type), 'NULL')
-            using errcode = 'GK004', hint = 'Known content types are listed in groundkit.content_types.';
-    end if;
-    perform groundkit._tier_rank(put_object.tier_visibility);
+    perform groundkit._check_put(put_object.object_id, put_object.version, put_object.content_type,
+                                 put_object.space_id, put_object.tier_visibility, put_object.title,
+                                 put_object.body, put_object.owner_sub, put_object.owner_only,
+                                 put_object.segments, meta);
     -- FOR SHARE: a concurrent put_space on this space waits for us, and we for it.
     perform 1 from groundkit.spaces s where s.space_id = put_object.space_id for share;
-    if not found then
-        raise exception 'unknown space %', coalesce(quote_literal(put_object.space_id), 'NULL')
-            using errcode = 'GK003';
-    end if;
-    if put_object.title is null then
-        raise exception 'title must not be NULL (use an empty string)' using errcode = 'GK005';
-    end if;
-    if put_object.owner_only is null then
-        raise exception 'owner_only must be true or false' using errcode = 'GK005';
-    end if;
-    if put_object.owner_only and put_object.owner_sub is null then
-        raise exception 'an owner_only object needs an owner_sub' using errcode = 'GK005';
-    end if;
-    if put_object.owner_sub is not null then
-        perform groundkit._check_id('owner_sub', put_object.owner_sub);
-    end if;
-    if jsonb_typeof(meta) <> 'object' then
-        raise exception 'metadata must be a JSON object' using errcode = 'GK005';
-    end if;
-    if put_object.content_type = 'transcript' then
-        if put_object.segments is not null then
-            perform groundkit._check_segments(put_object.segments);
-        elsif put_object.body is null then
-            raise exception 'a transcript needs segments or a body' using errcode = 'GK005';
-        end if;
-    else
-        if put_object.segments is not null then
-            raise exception 'segments are only accepted for content_type ''transcript''' using errcode = 'GK005';
-        end if;
-        if put_object.body is null then
-            raise exception 'body must not be NULL (use an empty string)' using errcode = 'GK005';
-        end if;
-    end if;
 
     h := groundkit._content_hash(put_object.content_type, put_object.space_id, put_object.tier_visibility,
                                  put_object.title, put_object.body, put_object.owner_sub,
