@@ -25,9 +25,17 @@ as $$
       from groundkit.chunk_segments(segments, max_chars, overlap_chars) s
      where content_type = 'transcript' and segments is not null
     union all
+    -- A body that fits one window is one chunk: chunk_text's own result, without its loop.
+    select 0, btrim(body, E' \n\r\t'), null::bigint, null::bigint, 'gk-text-1'
+     where not (content_type = 'transcript' and segments is not null)
+       and coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
+                    and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false)
+    union all
     select t.chunk_seq, t.content, null::bigint, null::bigint, 'gk-text-1'
       from groundkit.chunk_text(body, max_chars, overlap_chars) t
      where not (content_type = 'transcript' and segments is not null)
+       and not coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
+                        and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false)
 $$;
 
 -- The visibility bucket of a chunk (postings.vis_key, docs/bm25.md): the tier rank shared
@@ -143,7 +151,8 @@ begin
                                                  cfg.chunk_chars, cfg.chunk_overlap) ch
          cross join lateral (
                select to_tsvector('groundkit.english'::regconfig,
-                                  coalesce(ev.title, '') || E'\n' || ch.content) as tsv) v
+                                  coalesce(ev.title, '') || E'\n' || ch.content) as tsv
+               offset 0) v
         returning chunk_id, object_id, tsv, doc_len
     )
     insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)

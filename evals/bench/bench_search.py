@@ -158,38 +158,98 @@ def populate_authority(conn: psycopg.Connection[Any], corpus: Corpus) -> None:
         conn.execute("select groundkit.put_member(%s, 'T1')", (f"owner-{i}",))
 
 
-def bulk_load(conn: psycopg.Connection[Any], corpus: Corpus, n_chunks: int, batch_chunks: int,
+def _loader_conns(dsn: str, n: int) -> list[psycopg.Connection[Any]]:
+    """n connections whose backends write different statistics shards (pid % 8)."""
+    conns: list[psycopg.Connection[Any]] = []
+    shards: set[int] = set()
+    spare: list[psycopg.Connection[Any]] = []
+    while len(conns) < n:
+        c = psycopg.connect(dsn, autocommit=True)
+        shard = c.info.backend_pid % 8
+        if shard in shards:
+            spare.append(c)
+            continue
+        shards.add(shard)
+        conns.append(c)
+    for c in spare:
+        c.close()
+    return conns
+
+
+def bulk_load(dsn: str, corpus: Corpus, n_chunks: int, batch_chunks: int, loaders: int,
               sample: list[Obj]) -> dict[str, float]:
+    """Load through groundkit.put_objects with ``loaders`` concurrent connections."""
+    import queue
+
     prog = Progress("bulk load (chunks)", n_chunks)
-    done = 0
-    batch: list[dict[str, object]] = []
-    in_batch = 0
-    load_s = 0.0
-    reindexed = False
-    reindex_s = 0.0
-    for i, obj in enumerate(corpus.objects(n_chunks)):
-        if i % 97 == 0 and len(sample) < 5000:
-            sample.append(obj)
-        batch.append(obj.as_json())
-        in_batch += len(obj.paragraphs)
-        if in_batch >= batch_chunks:
-            dt, _ = timed(lambda b=batch: conn.execute("select count(*) from groundkit.put_objects(%s)", (Jsonb(b),)))
-            load_s += dt
-            done += in_batch
-            batch, in_batch = [], 0
-            prog.update(done)
-            if not reindexed and done >= min(20_000, n_chunks // 10):
-                # Calibrate the impact reference length on the first tenth (docs/bm25.md).
-                reindex_s, _ = timed(lambda: conn.execute("select groundkit.reindex_impacts()"))
-                reindexed = True
-    if batch:
-        dt, _ = timed(lambda: conn.execute("select count(*) from groundkit.put_objects(%s)", (Jsonb(batch),)))
-        load_s += dt
-        done += in_batch
-        prog.update(done)
-    if not reindexed:
-        reindex_s, _ = timed(lambda: conn.execute("select groundkit.reindex_impacts()"))
-    return {"bulk_chunks": done, "bulk_s": load_s, "bulk_chunks_per_s": done / load_s, "reindex_s": reindex_s}
+    conns = _loader_conns(dsn, loaders)
+    work: queue.Queue[tuple[list[dict[str, object]], int] | None] = queue.Queue(maxsize=2 * loaders)
+    done = [0]
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def loader(conn: psycopg.Connection[Any]) -> None:
+        while True:
+            item = work.get()
+            if item is None:
+                return
+            batch, n = item
+            try:
+                conn.execute("select count(*) from groundkit.put_objects(%s)", (Jsonb(batch),))
+            except Exception as exc:  # reported below
+                errors.append(repr(exc))
+            with lock:
+                done[0] += n
+                prog.update(done[0])
+
+    def feed(objs: Iterator[Obj], limit: int | None) -> None:
+        batch: list[dict[str, object]] = []
+        in_batch = 0
+        fed = 0
+        for obj in objs:
+            if len(sample) < 5000 and int(obj.object_id.rsplit("-", 1)[1]) % 97 == 0:
+                sample.append(obj)
+            batch.append(obj.as_json())
+            in_batch += len(obj.paragraphs)
+            fed += len(obj.paragraphs)
+            if in_batch >= batch_chunks:
+                work.put((batch, in_batch))
+                batch, in_batch = [], 0
+            if limit is not None and fed >= limit:
+                break
+        if batch:
+            work.put((batch, in_batch))
+
+    objs = corpus.objects(n_chunks)
+    # Calibrate the impact reference length on the first tenth (docs/bm25.md), then load the rest.
+    first = min(20_000, max(1, n_chunks // 10))
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    feed(objs, first)
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
+    t_first = time.perf_counter() - t0
+    reindex_s, _ = timed(lambda: conns[0].execute("select groundkit.reindex_impacts()"))
+    t1 = time.perf_counter()
+    threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    feed(objs, None)
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
+    load_s = t_first + time.perf_counter() - t1
+    for c in conns:
+        c.close()
+    if errors:
+        raise RuntimeError(f"bulk load failed: {errors[0]}")
+    return {"bulk_chunks": done[0], "bulk_s": load_s, "bulk_chunks_per_s": done[0] / load_s,
+            "reindex_s": reindex_s, "loaders": loaders}
 
 
 def single_ingest(dsn: str, corpus: Corpus, n_chunks: int, prefix: str) -> dict[str, float]:
@@ -321,11 +381,11 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
         with psycopg.connect(dsn, autocommit=True) as conn:
             populate_authority(conn, corpus)
             sample: list[Obj] = []
-            res["bulk"] = bulk_load(conn, corpus, n_chunks, args.batch_chunks, sample)
+            res["bulk"] = bulk_load(dsn, corpus, n_chunks, args.batch_chunks, args.loaders, sample)
             log(f"  bulk: {res['bulk']['bulk_chunks_per_s']:,.0f} chunks/s")
             res["vacuum_s"], _ = timed(lambda: conn.execute("vacuum analyze"))
             res["postings"] = conn.execute("select count(*) from groundkit.postings").fetchone()[0]  # type: ignore[index]
-            res["db_mb"] = conn.execute("select pg_database_size(current_database()) / 1e6").fetchone()[0]  # type: ignore[index]
+            res["db_mb"] = float(conn.execute("select pg_database_size(current_database()) / 1e6").fetchone()[0])  # type: ignore[index]
             res["visible"] = {}
             total = conn.execute("select count(*) from groundkit.chunks").fetchone()[0]  # type: ignore[index]
             for r in READERS:
@@ -422,7 +482,7 @@ def report(results: list[dict[str, Any]]) -> None:
                       f"2-6 terms; index build {tv['chunks_per_s']:,.0f} chunks/s\n")
         b = r["bulk"]
         s = r["single"]
-        out.write(f"\ningest: bulk put_objects {b['bulk_chunks_per_s']:,.0f} chunks/s "
+        out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "
                   f"({b['bulk_chunks']:,} chunks in {b['bulk_s']:.0f} s; reindex_impacts {b['reindex_s']:.1f} s, "
                   f"vacuum analyze {r['vacuum_s']:.0f} s, GIN for ts_rank_cd {r['gin_s']:.0f} s); "
                   f"put_object one per transaction {s['chunks_per_s']:,.0f} chunks/s "
@@ -443,7 +503,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--slow-queries", type=int, default=60, help="queries run through ts_rank_cd/exhaustive")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--batch-chunks", type=int, default=2000)
+    ap.add_argument("--batch-chunks", type=int, default=4000)
+    ap.add_argument("--loaders", type=int, default=2, help="concurrent bulk-load connections")
     ap.add_argument("--single-chunks", type=int, default=3000)
     ap.add_argument("--writers", type=int, nargs="*", default=[1, 2, 4])
     ap.add_argument("--writer-seconds", type=float, default=8.0)
