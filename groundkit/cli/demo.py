@@ -10,8 +10,6 @@ import json
 from importlib import resources
 from typing import Any, Literal
 
-import psycopg
-from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel, ConfigDict
 from rich.panel import Panel
@@ -21,7 +19,7 @@ from rich.table import Table
 import groundkit
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.client import Groundkit, resolve_dsn
-from groundkit.errors import DatabaseUnavailable, scrub
+from groundkit.databases import fresh_database
 from groundkit.models import ContentObject, SearchHit
 
 DEMO_DATABASE = "groundkit_demo"
@@ -63,20 +61,6 @@ def load_community() -> Community:
     return Community.model_validate(json.loads(text))
 
 
-def _fresh_database(server_dsn: str) -> str:
-    """Drop and create the demo database on the server of ``server_dsn``; return its DSN."""
-    try:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            ident = sql.Identifier(DEMO_DATABASE)
-            conn.execute(sql.SQL("drop database if exists {} with (force)").format(ident))
-            conn.execute(sql.SQL("create database {}").format(ident))
-    except psycopg.Error as exc:
-        raise DatabaseUnavailable(
-            f"the demo needs to create the database {DEMO_DATABASE!r} on that server: {scrub(str(exc).strip())}"
-        ) from None
-    return make_conninfo(server_dsn, dbname=DEMO_DATABASE)
-
-
 def _matrix(results: dict[str, list[SearchHit]], community: Community, spaces: dict[str, str]) -> Table:
     """Rows: every object any reader found. Columns: readers, showing the rank they got it at."""
     table = Table(title_justify="left", show_lines=False, pad_edge=False)
@@ -110,7 +94,7 @@ def demo(dsn: DsnOption = None) -> None:
     """Load a sample community and watch permissions work: tiers, downgrades, private boards, deletes."""
     community = load_community()
     target = resolve_dsn(dsn)
-    demo_dsn = _fresh_database(target)
+    demo_dsn = fresh_database(target, DEMO_DATABASE)
     where = conninfo_to_dict(demo_dsn).get("host", "localhost")
     out.print(Rule("[bold]groundkit demo[/]"))
     out.print(f"Database [cyan]{DEMO_DATABASE}[/] on {where} (created afresh for this run).")

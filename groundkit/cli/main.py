@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 import groundkit
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
+from groundkit.cli import eval as eval_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
@@ -28,6 +29,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(db_cli.app, name="db")
+app.add_typer(eval_cli.app, name="eval")
 app.command("demo")(demo_cli.demo)
 
 
@@ -139,11 +141,13 @@ def search(
         for hit in hits:
             sys.stdout.write(json.dumps(hit.model_dump()) + "\n")
         return
-    table = Table(title=f"{len(hits)} result(s) for {query!r} as {as_}")
-    for col in ("score", "object", "v", "type", "space", "title", "content"):
-        table.add_column(col, overflow="fold")
-    for hit in hits:
-        snippet = hit.content if len(hit.content) <= 120 else hit.content[:117] + "..."
-        table.add_row(f"{hit.score:.3f}", f"{hit.object_id}#{hit.chunk_seq}", str(hit.object_version),
-                      hit.content_type, hit.space_id, hit.title, snippet)
-    out.print(table)
+    out.print(f"[bold]{len(hits)}[/] result(s) for {query!r} as [cyan]{as_}[/]", highlight=False)
+    for rank, hit in enumerate(hits, start=1):
+        where = f"{hit.content_type} · {hit.space_id} · {hit.object_id} v{hit.object_version} #{hit.chunk_seq}"
+        if hit.start_ms is not None:
+            where += f" · {hit.start_ms / 1000:.1f}s-{(hit.end_ms or hit.start_ms) / 1000:.1f}s"
+        snippet = " ".join(hit.content.split())
+        snippet = snippet if len(snippet) <= 220 else snippet[:217] + "..."
+        out.print(f"{rank:>2}. [bold]{escape(hit.title)}[/]  [green]{hit.score:.3f}[/]", highlight=False)
+        out.print(f"    [dim]{escape(where)}[/]", highlight=False)
+        out.print(f"    {escape(snippet)}", highlight=False)

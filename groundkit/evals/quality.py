@@ -1,0 +1,185 @@
+"""``groundkit eval quality``: retrieval quality on a real test collection, groundkit beside the
+reference engines, same queries, same metrics, one run.
+
+The collection is loaded into a scratch database (``groundkit_eval_quality``) created afresh on
+the target server. Every document becomes one ``document`` object (``chunk_chars`` is raised so
+that a document is one chunk, as in the reference arms), in one public space, visible to one
+active reader, and every query goes through :meth:`groundkit.Groundkit.search` as that reader, so
+the permission predicate is part of what is measured.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from psycopg import sql
+from pydantic import BaseModel, ConfigDict, Field
+
+from groundkit.client import Groundkit
+from groundkit.databases import fresh_database
+from groundkit.evals.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
+from groundkit.evals.datasets import Collection, load_collection
+from groundkit.evals.metrics import evaluate
+
+DATABASE: Final = "groundkit_eval_quality"
+READER: Final = "evaluator"
+SPACE: Final = "corpus"
+BATCH: Final = 500
+
+#: groundkit's own arms first, then the reference engines (optional packages).
+GROUNDKIT_ARMS: Final = ("groundkit", "ts_rank_cd")
+ALL_ARMS: Final = (*GROUNDKIT_ARMS, *ARMS)
+
+Progress = Callable[[str, int, int], None]
+
+# Postgres's ts_rank_cd over the very same chunk tsvectors, with the same permission predicate
+# as groundkit.search: the naive in-database baseline. Query terms come from
+# groundkit.query_terms and are OR-ed, each quoted as a tsquery lexeme (never parsed as syntax).
+TS_RANK_CD_SQL: Final = """
+with reader as (
+    select a.member_sub, min(t.rank) as rank
+      from groundkit.reader_authority a
+      join groundkit.tiers t on t.name = a.tier
+     where a.member_sub = %(reader)s and a.status = 'active'
+     group by a.member_sub
+    having count(*) = 1
+),
+q as (
+    select string_agg('''' || replace(replace(t.term, '\\', '\\\\'), '''', '''''') || '''', ' | ')::tsquery as tq
+      from groundkit.query_terms(%(query)s) t
+)
+select c.object_id, ts_rank_cd(c.tsv, q.tq) as score
+  from groundkit.chunks c
+  join groundkit.objects o on o.object_id = c.object_id and o.version = c.object_version and o.state = 'live'
+  join groundkit.tiers ot on ot.name = o.tier_visibility
+  join groundkit.spaces s on s.space_id = o.space_id
+  join groundkit.tiers st on st.name = s.min_tier
+ cross join reader r
+ cross join q
+ where q.tq is not null
+   and c.tsv @@ q.tq
+   and r.rank >= ot.rank and r.rank >= st.rank
+   and (not s.private or exists (select 1 from groundkit.space_grants g
+                                  where g.space_id = s.space_id and g.member_sub = r.member_sub))
+   and (not o.owner_only or o.owner_sub = r.member_sub)
+ order by score desc, c.object_id, c.chunk_seq
+ limit %(k)s
+"""
+
+
+class QualityRow(BaseModel):
+    """One arm's numbers on one collection (the ``--json`` shape)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    dataset: str
+    arm: str
+    ndcg_10: float = Field(alias="ndcg@10")
+    recall_10: float = Field(alias="recall@10")
+    recall_100: float = Field(alias="recall@100")
+    mrr_10: float = Field(alias="mrr@10")
+    queries: int
+    ms_per_query: float
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+
+def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | None = None) -> None:
+    """Write every document of ``collection`` through ``put_object`` (transactions of 500)."""
+    with Groundkit.connect(dsn) as gk:
+        gk.conn.execute("update groundkit.config set chunk_chars = 1000000, chunk_overlap = 0")
+        gk.put_member(READER, "T0")
+        gk.put_space(SPACE, "T0")
+        total = len(collection.docs)
+        for start in range(0, total, BATCH):
+            with gk.conn.transaction():
+                for doc in collection.docs[start:start + BATCH]:
+                    gk.put_object(doc.doc_id, 1, "document", SPACE, "T0", doc.title, doc.text)
+            if progress is not None:
+                progress("load", min(start + BATCH, total), total)
+        # Fresh planner statistics, as autovacuum would eventually gather them: without them the
+        # first queries after a bulk load plan as if the tables were empty.
+        for table in ("chunks", "postings", "objects", "term_stats", "scope_stats"):
+            gk.conn.execute(sql.SQL("analyze {}.{}").format(sql.Identifier("groundkit"), sql.Identifier(table)))
+
+
+def _query_arm(name: str, dsn: str, collection: Collection, k: int, progress: Progress | None,
+               run_one: Callable[[Groundkit, str], dict[str, float]]) -> ArmResult:
+    run: dict[str, dict[str, float]] = {}
+    with Groundkit.connect(dsn) as gk:
+        started = time.perf_counter()
+        for n, query in enumerate(collection.queries, start=1):
+            run[query.query_id] = run_one(gk, query.text)
+            if progress is not None and (n % 25 == 0 or n == len(collection.queries)):
+                progress(name, n, len(collection.queries))
+        elapsed = time.perf_counter() - started
+    return ArmResult(name, run, 0.0, elapsed)
+
+
+def groundkit_arm(dsn: str, collection: Collection, k: int = TOP_K, progress: Progress | None = None) -> ArmResult:
+    """groundkit.search (BM25 with the permission predicate inside) as the collection's reader."""
+
+    def one(gk: Groundkit, text: str) -> dict[str, float]:
+        hits = gk.search(READER, text[:4096], k=k)
+        best: dict[str, float] = {}
+        for hit in hits:
+            best[hit.object_id] = max(best.get(hit.object_id, 0.0), hit.score)
+        return best
+
+    return _query_arm("groundkit", dsn, collection, k, progress, one)
+
+
+def ts_rank_cd_arm(dsn: str, collection: Collection, k: int = TOP_K, progress: Progress | None = None) -> ArmResult:
+    """Postgres ts_rank_cd on the same tsvectors and predicate: the naive baseline."""
+
+    def one(gk: Groundkit, text: str) -> dict[str, float]:
+        rows = gk.conn.execute(TS_RANK_CD_SQL, {"reader": READER, "query": text[:4096], "k": k}).fetchall()
+        best: dict[str, float] = {}
+        for row in rows:
+            best[row["object_id"]] = max(best.get(row["object_id"], 0.0), float(row["score"]))
+        return best
+
+    return _query_arm("ts_rank_cd", dsn, collection, k, progress, one)
+
+
+def run_quality(
+    dataset: Path,
+    server_dsn: str,
+    arms: Sequence[str] = ALL_ARMS,
+    progress: Progress | None = None,
+    skipped: Callable[[str, str], None] | None = None,
+) -> list[QualityRow]:
+    """Evaluate each arm on the collection at ``dataset``; rows in the order of ``arms``."""
+    collection = load_collection(dataset)
+    results: list[ArmResult] = []
+    dsn: str | None = None
+    for arm in arms:
+        if arm in GROUNDKIT_ARMS:
+            if dsn is None:
+                import groundkit
+
+                dsn = fresh_database(server_dsn, DATABASE)
+                groundkit.migrate(dsn)
+                load_into_groundkit(dsn, collection, progress)
+            fn = groundkit_arm if arm == "groundkit" else ts_rank_cd_arm
+            results.append(fn(dsn, collection, progress=progress))
+        else:
+            try:
+                results.append(ARMS[arm](collection))
+            except ArmUnavailable as exc:
+                if skipped is None:
+                    raise
+                skipped(arm, str(exc))
+    rows = []
+    for result in results:
+        metrics = evaluate(collection.qrels, result.run)
+        n = len(collection.queries)
+        rows.append(QualityRow.model_validate({
+            "dataset": collection.name, "arm": result.arm, **metrics, "queries": n,
+            "ms_per_query": 1000.0 * result.query_seconds / n if n else 0.0,
+        }))
+    return rows

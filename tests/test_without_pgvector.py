@@ -1,0 +1,71 @@
+"""groundkit on a PostgreSQL without pgvector: Debian's PostgreSQL 15, where installed.
+
+Checks the two promises about older servers: every non-dense feature works on PostgreSQL 15,
+and nothing needs the `vector` extension. Skipped only where no PostgreSQL 15 server binaries
+are installed (they are on groundkit's development and CI machines).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import groundkit
+from groundkit import Groundkit
+
+PG15_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+def _as_user(cmd: list[str]) -> list[str]:
+    if os.geteuid() == 0:  # initdb refuses to run as root
+        return ["runuser", "-u", "postgres", "--", *cmd]
+    return cmd
+
+
+@pytest.fixture(scope="module")
+def pg15_dsn() -> Iterator[str]:
+    if not (PG15_BIN / "initdb").exists() or (os.geteuid() == 0 and shutil.which("runuser") is None):
+        pytest.skip("PostgreSQL 15 server binaries are not installed here")
+    tmp = Path(tempfile.mkdtemp(prefix="gk-pg15-"))
+    data = tmp / "data"
+    if os.geteuid() == 0:
+        shutil.chown(tmp, "postgres", "postgres")
+    subprocess.run(_as_user([str(PG15_BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+                             "-E", "UTF8", "--no-sync"]), check=True, capture_output=True)
+    subprocess.run(_as_user([str(PG15_BIN / "pg_ctl"), "-D", str(data), "-w", "-l", str(tmp / "log"),
+                             "-o", f"-h '' -k {tmp} -F", "start"]), check=True, capture_output=True)
+    try:
+        yield f"host={tmp} user=postgres dbname=postgres"
+    finally:
+        subprocess.run(_as_user([str(PG15_BIN / "pg_ctl"), "-D", str(data), "-w", "-m", "immediate", "stop"]),
+                       capture_output=True)
+        time.sleep(0.2)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_everything_but_dense_works_on_postgres_15_without_pgvector(pg15_dsn: str) -> None:
+    state = groundkit.migrate(pg15_dsn)
+    assert state.up_to_date
+    with Groundkit.connect(pg15_dsn) as gk:
+        version = gk.conn.execute("select current_setting('server_version_num')::int as v").fetchone()
+        assert version is not None and 150000 <= version["v"] < 160000
+        assert gk.conn.execute("select groundkit.pgvector_available() as ok").fetchone() == {"ok": False}
+        gk.put_member("ana", "T1")
+        gk.put_member("bo", "T0")
+        gk.put_space("commons")
+        gk.put_object("p1", 1, "board_post", "commons", "T0", "Pricing", "How to price a commission")
+        gk.put_object("p2", 1, "board_post", "commons", "T1", "Pricing, T1", "Price lists for commissions")
+        assert {h.object_id for h in gk.search("ana", "price commission")} == {"p1", "p2"}
+        assert {h.object_id for h in gk.search("bo", "price commission")} == {"p1"}
+        assert gk.delete_object("p1", 1).status.value == "applied"
+        assert gk.put_object("p1", 1, "board_post", "commons", "T0", "P", "x").status.value == "tombstoned"
+        before = gk.state_checksum()
+        gk.rebuild()
+        assert gk.state_checksum() == before
