@@ -98,6 +98,15 @@ begin
     on conflict (scope, shard) do update
         set n_chunks = t.n_chunks + excluded.n_chunks, total_len = t.total_len + excluded.total_len;
 
+    -- The chunks' postings move to their new visibility bucket (docs/bm25.md). Owner-only
+    -- chunks never change scope, so a NULL new scope means a private space.
+    update groundkit.postings p
+       set vis_key = groundkit._vis_key(false, null, x.new_scope is null, p_space_id, x.new_scope)
+      from groundkit._space_scope_changes(p_space_id) x
+      join groundkit.chunks c on c.chunk_id = x.chunk_id
+     cross join lateral unnest(c.tsv) u
+     where p.term = u.lexeme and p.chunk_id = x.chunk_id;
+
     update groundkit.chunks c set stat_scope = x.new_scope
       from groundkit._space_scope_changes(p_space_id) x
      where c.chunk_id = x.chunk_id;

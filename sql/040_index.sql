@@ -25,107 +25,155 @@ as $$
       from groundkit.chunk_segments(segments, max_chars, overlap_chars) s
      where content_type = 'transcript' and segments is not null
     union all
+    -- A body that fits one window is one chunk: chunk_text's own result, without its loop.
+    select 0, btrim(body, E' \n\r\t'), null::bigint, null::bigint, 'gk-text-1'
+     where not (content_type = 'transcript' and segments is not null)
+       and coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
+                    and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false)
+    union all
     select t.chunk_seq, t.content, null::bigint, null::bigint, 'gk-text-1'
       from groundkit.chunk_text(body, max_chars, overlap_chars) t
      where not (content_type = 'transcript' and segments is not null)
+       and not coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
+                        and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false)
 $$;
 
--- Recompute the derived rows of one object from its latest log event.
-create or replace function groundkit._materialize(p_object_id text) returns void
+-- The visibility bucket of a chunk (postings.vis_key, docs/bm25.md): the tier rank shared
+-- content needs, or a hash naming the private space or the owner. Only used to choose which
+-- postings lists a reader reads; the live predicate still decides visibility.
+create or replace function groundkit._vis_key(
+    owner_only boolean, owner_sub text, private boolean, space_id text, scope_rank integer)
+returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when owner_only then hashtextextended('o:' || owner_sub, 0)
+                when private then hashtextextended('s:' || space_id, 0)
+                else scope_rank::bigint end
+$$;
+
+-- Recompute the derived rows of a set of objects from their latest log events: set-based, so
+-- the bulk path and rebuild() write many objects per statement. Callers hold the objects'
+-- locks. Statistics change by one ordered upsert of the net deltas, in this transaction.
+create or replace function groundkit._materialize_many(p_ids text[]) returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    ev groundkit.content_log;
-    max_version bigint;
     cfg groundkit.config;
-    v_scope integer;
+    imp groundkit.bm25_impact;
     old_terms text[];
     old_term_scopes integer[];
     old_scopes integer[];
     old_counts bigint[];
     old_lens bigint[];
+    evs groundkit.content_log[];
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
 begin
-    -- Statistics contributed by the chunks about to be replaced.
-    select coalesce(array_agg(p.term), '{}'), coalesce(array_agg(c.stat_scope), '{}')
+    -- Statistics contributed by the chunks about to be replaced (their lexemes are exactly
+    -- their postings' terms).
+    select coalesce(array_agg(u.lexeme), '{}'), coalesce(array_agg(c.stat_scope), '{}')
       into old_terms, old_term_scopes
       from groundkit.chunks c
-      join groundkit.postings p on p.chunk_id = c.chunk_id
-     where c.object_id = p_object_id and c.stat_scope is not null;
+     cross join lateral unnest(c.tsv) u
+     where c.object_id = any (p_ids) and c.stat_scope is not null;
     select coalesce(array_agg(x.stat_scope), '{}'), coalesce(array_agg(x.n), '{}'), coalesce(array_agg(x.len), '{}')
       into old_scopes, old_counts, old_lens
       from (select c.stat_scope, count(*) as n, sum(c.doc_len) as len
               from groundkit.chunks c
-             where c.object_id = p_object_id and c.stat_scope is not null
+             where c.object_id = any (p_ids) and c.stat_scope is not null
              group by c.stat_scope) x;
-    delete from groundkit.chunks c where c.object_id = p_object_id;
+    delete from groundkit.postings p
+     using groundkit.chunks c, unnest(c.tsv) u
+     where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
+    delete from groundkit.chunks c where c.object_id = any (p_ids);
 
-    select * into ev from groundkit.content_log l
-     where l.object_id = p_object_id order by l.seq desc limit 1;
-    if not found then
-        return;
-    end if;
-    select max(l.version) into max_version from groundkit.content_log l where l.object_id = p_object_id;
+    select * into cfg from groundkit.config;
+    select * into imp from groundkit.bm25_impact;
 
-    if ev.op in ('delete', 'redact') then
-        insert into groundkit.objects as o (object_id, version, state, log_seq)
-        values (p_object_id, max_version, case ev.op when 'redact' then 'redacted' else 'deleted' end, ev.seq)
-        on conflict on constraint objects_pkey do update
-            set version = excluded.version, state = excluded.state, content_type = null,
-                space_id = null, tier_visibility = null, title = null, owner_sub = null,
-                owner_only = false, metadata = null, content_hash = null, log_seq = excluded.log_seq;
-    else
-        insert into groundkit.objects as o (object_id, version, state, content_type, space_id,
-                                            tier_visibility, title, owner_sub, owner_only, metadata,
-                                            content_hash, log_seq)
-        values (p_object_id, ev.version, 'live', ev.content_type, ev.space_id, ev.tier_visibility,
-                ev.title, ev.owner_sub, coalesce(ev.owner_only, false), ev.metadata, ev.content_hash, ev.seq)
-        on conflict on constraint objects_pkey do update
-            set version = excluded.version, state = excluded.state, content_type = excluded.content_type,
-                space_id = excluded.space_id, tier_visibility = excluded.tier_visibility,
-                title = excluded.title, owner_sub = excluded.owner_sub, owner_only = excluded.owner_only,
-                metadata = excluded.metadata, content_hash = excluded.content_hash,
-                log_seq = excluded.log_seq;
+    -- The latest event and the highest version of each object.
+    select coalesce(array_agg(x.ev order by x.object_id), '{}')
+      into evs
+      from (select distinct on (l.object_id) l.object_id, l as ev
+              from groundkit.content_log l
+             where l.object_id = any (p_ids)
+             order by l.object_id, l.seq desc) x;
 
-        select * into cfg from groundkit.config;
-        select case when s.private or coalesce(ev.owner_only, false) then null
-                    else greatest(ot.rank, st.rank) end
-          into v_scope
-          from groundkit.spaces s
+    insert into groundkit.objects as o (object_id, version, state, log_seq)
+    select e.object_id, (select max(l.version) from groundkit.content_log l where l.object_id = e.object_id),
+           case e.op when 'redact' then 'redacted' else 'deleted' end,
+           e.seq
+      from unnest(evs) as e
+     where e.op in ('delete', 'redact')
+     order by e.object_id
+    on conflict on constraint objects_pkey do update
+        set version = excluded.version, state = excluded.state, content_type = null,
+            space_id = null, tier_visibility = null, title = null, owner_sub = null,
+            owner_only = false, metadata = null, content_hash = null, log_seq = excluded.log_seq;
+
+    insert into groundkit.objects as o (object_id, version, state, content_type, space_id,
+                                        tier_visibility, title, owner_sub, owner_only, metadata,
+                                        content_hash, log_seq)
+    select e.object_id, e.version, 'live', e.content_type, e.space_id,
+           e.tier_visibility, e.title, e.owner_sub, coalesce(e.owner_only, false),
+           e.metadata, e.content_hash, e.seq
+      from unnest(evs) as e
+     where e.op not in ('delete', 'redact')
+     order by e.object_id
+    on conflict on constraint objects_pkey do update
+        set version = excluded.version, state = excluded.state, content_type = excluded.content_type,
+            space_id = excluded.space_id, tier_visibility = excluded.tier_visibility,
+            title = excluded.title, owner_sub = excluded.owner_sub, owner_only = excluded.owner_only,
+            metadata = excluded.metadata, content_hash = excluded.content_hash,
+            log_seq = excluded.log_seq;
+
+    with ev as (
+        select e.*,
+               case when s.private or coalesce(e.owner_only, false) then null
+                    else greatest(ot.rank, st.rank) end as scope,
+               groundkit._vis_key(coalesce(e.owner_only, false), e.owner_sub, s.private,
+                                  e.space_id, greatest(ot.rank, st.rank)) as vis_key
+          from unnest(evs) as e
+          join groundkit.spaces s on s.space_id = e.space_id
           join groundkit.tiers st on st.name = s.min_tier
-          join groundkit.tiers ot on ot.name = ev.tier_visibility
-         where s.space_id = ev.space_id;
-
+          join groundkit.tiers ot on ot.name = e.tier_visibility
+         where e.op not in ('delete', 'redact')
+    ),
+    new_chunks as (
         insert into groundkit.chunks (object_id, object_version, chunk_seq, content, tsv, doc_len,
                                       stat_scope, start_ms, end_ms, chunker_version)
-        select p_object_id, ev.version, ch.chunk_seq, ch.content, v.tsv,
+        select ev.object_id, ev.version, ch.chunk_seq, ch.content, v.tsv,
                (select coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
                   from unnest(v.tsv) u)::integer,
-               v_scope, ch.start_ms, ch.end_ms, ch.chunker_version
-          from groundkit._chunks_of(ev.content_type, ev.body, ev.segments, cfg.chunk_chars, cfg.chunk_overlap) ch
+               ev.scope, ch.start_ms, ch.end_ms, ch.chunker_version
+          from ev
+         cross join lateral groundkit._chunks_of(ev.content_type, ev.body, ev.segments,
+                                                 cfg.chunk_chars, cfg.chunk_overlap) ch
          cross join lateral (
                select to_tsvector('groundkit.english'::regconfig,
-                                  coalesce(ev.title, '') || E'\n' || ch.content) as tsv) v;
+                                  coalesce(ev.title, '') || E'\n' || ch.content) as tsv
+               offset 0) v
+        returning chunk_id, object_id, tsv, doc_len
+    )
+    insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)
+    select u.lexeme, c.chunk_id, x.tf, c.doc_len, ev.vis_key,
+           (x.tf / (x.tf + imp.k1 * (1 - imp.b + imp.b * c.doc_len / imp.avgdl_ref)))::real
+      from new_chunks c
+      join ev on ev.object_id = c.object_id
+     cross join lateral unnest(c.tsv) u
+     cross join lateral (select coalesce(array_length(u.positions, 1), 1) as tf) x;
 
-        insert into groundkit.postings (term, chunk_id, tf)
-        select u.lexeme, c.chunk_id, coalesce(array_length(u.positions, 1), 1)
-          from groundkit.chunks c
-         cross join lateral unnest(c.tsv) u
-         where c.object_id = p_object_id;
-    end if;
-
-    -- The net change to the statistics, as one statement ordered by key: two single-object
-    -- writers lock counter rows in the same order and cannot deadlock on them.
+    -- The net change to the statistics, as one statement ordered by key: two writers lock
+    -- counter rows of a shard in the same order and cannot deadlock on them.
     insert into groundkit.term_stats as t (term, scope, shard, df)
     select d.term, d.scope, my_shard, sum(d.delta)
       from (select u.term, u.scope, -1 as delta
               from unnest(old_terms, old_term_scopes) as u(term, scope)
             union all
-            select p.term, c.stat_scope, 1
+            select u.lexeme, c.stat_scope, 1
               from groundkit.chunks c
-              join groundkit.postings p on p.chunk_id = c.chunk_id
-             where c.object_id = p_object_id and c.stat_scope is not null) d
+             cross join lateral unnest(c.tsv) u
+             where c.object_id = any (p_ids) and c.stat_scope is not null) d
      group by d.term, d.scope
     having sum(d.delta) <> 0
      order by d.term, d.scope
@@ -138,7 +186,7 @@ begin
             union all
             select c.stat_scope, 1, c.doc_len
               from groundkit.chunks c
-             where c.object_id = p_object_id and c.stat_scope is not null) d
+             where c.object_id = any (p_ids) and c.stat_scope is not null) d
      group by d.scope
     having sum(d.n) <> 0 or sum(d.len) <> 0
      order by d.scope
@@ -147,44 +195,61 @@ begin
 end
 $$;
 
--- Counter rows that net to zero still carry their term. Redaction calls this so that no
--- counter row names a term of the redacted text: every (term, scope) group that sums to zero
--- is removed, in every shard. The rows of those terms are locked in key order (the order
--- writers take them in), deleted, and their net sums, exactly as deleted, are written back to
--- this backend's shard: the totals never change, even with concurrent writers. A full pass
--- over term_stats, which is fine for an operation as rare as redaction.
-create or replace function groundkit._compact_term_stats() returns void
+-- Recompute the derived rows of one object from its latest log event.
+create or replace function groundkit._materialize(p_object_id text) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    select groundkit._materialize_many(array[p_object_id])
+$$;
+
+-- Recompute every posting's impact with groundkit.config's k1 and b and the given reference
+-- length (default: the largest average chunk length any reader's statistics give, so that no
+-- reader's bound needs widening). Search uses the pruned path again once this has run after a
+-- change of k1 or b. Rewrites every posting: an administrative operation.
+create or replace function groundkit.reindex_impacts(avgdl_ref double precision default null)
+returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    zero_terms text[];
-    t text[];
-    s integer[];
-    d bigint[];
-    my_shard smallint := (pg_backend_pid() % 8)::smallint;
+    ref double precision := reindex_impacts.avgdl_ref;
+    n bigint;
+    ip groundkit.bm25_impact;
 begin
-    select coalesce(array_agg(distinct z.term), '{}') into zero_terms
-      from (select ts.term from groundkit.term_stats ts
-             group by ts.term, ts.scope having sum(ts.df) = 0) z;
-    if cardinality(zero_terms) = 0 then
-        return;
+    if ref is null then
+        select max(x.total / x.n) into ref
+          from (select sum(sum(s.total_len)) over (order by s.scope)::double precision as total,
+                       sum(sum(s.n_chunks)) over (order by s.scope)::double precision as n
+                  from groundkit.scope_stats s group by s.scope) x
+         where x.n > 0 and x.total > 0;
+        ref := coalesce(ref, (select i.avgdl_ref from groundkit.bm25_impact i));
     end if;
-    perform 1 from groundkit.term_stats ts where ts.term = any (zero_terms)
-     order by ts.term, ts.scope, ts.shard for update;
-    with gone as (
-        delete from groundkit.term_stats ts where ts.term = any (zero_terms)
-        returning ts.term, ts.scope, ts.df)
-    select coalesce(array_agg(g.term), '{}'), coalesce(array_agg(g.scope), '{}'), coalesce(array_agg(g.df), '{}')
-      into t, s, d
-      from gone g;
-    insert into groundkit.term_stats as ts (term, scope, shard, df)
-    select u.term, u.scope, my_shard, sum(u.df)
-      from unnest(t, s, d) as u(term, scope, df)
-     group by u.term, u.scope
-    having sum(u.df) <> 0
-     order by u.term, u.scope
-    on conflict (term, scope, shard) do update set df = ts.df + excluded.df;
-    delete from groundkit.term_stats ts where ts.term = any (zero_terms) and ts.df = 0;
+    if ref is null or ref <= 0 then
+        raise exception 'avgdl_ref must be positive (got %)', ref using errcode = 'GK005';
+    end if;
+    lock table groundkit.bm25_impact in exclusive mode;
+    update groundkit.bm25_impact i set k1 = c.bm25_k1, b = c.bm25_b, avgdl_ref = ref
+      from groundkit.config c
+    returning i.* into ip;
+    update groundkit.postings p
+       set imp = (p.tf / (p.tf + ip.k1 * (1 - ip.b + ip.b * p.doc_len / ip.avgdl_ref)))::real;
+    get diagnostics n = row_count;
+    return n;
 end
+$$;
+-- Counter rows that net to zero still carry their term. Redaction calls this with the terms of
+-- the redacted text: every (term, scope) group among them that sums to zero is deleted, in every
+-- shard. The caller has locked those rows already (redact_object), so this waits for nobody.
+-- Groups that still count other content keep their rows: those terms are not the redacted
+-- text's alone.
+create or replace function groundkit._compact_term_stats(p_terms text[]) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    delete from groundkit.term_stats t
+     using (select z.term, z.scope from groundkit.term_stats z
+             where z.term = any (p_terms)
+             group by z.term, z.scope having sum(z.df) = 0) g
+     where t.term = g.term and t.scope = g.scope
 $$;

@@ -24,6 +24,58 @@ as $$
     select pg_advisory_xact_lock(hashtextextended('groundkit.object:' || object_id, 0))
 $$;
 
+-- The argument checks of put_object (and of each element of put_objects).
+create or replace function groundkit._check_put(
+    object_id text, version bigint, content_type text, space_id text, tier_visibility text,
+    title text, body text, owner_sub text, owner_only boolean, segments jsonb, metadata jsonb)
+returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform groundkit._check_write(_check_put.object_id, _check_put.version);
+    if not exists (select 1 from groundkit.content_types t where t.name = _check_put.content_type) then
+        raise exception 'unknown content_type %', coalesce(quote_literal(_check_put.content_type), 'NULL')
+            using errcode = 'GK004', hint = 'Known content types are listed in groundkit.content_types.';
+    end if;
+    perform groundkit._tier_rank(_check_put.tier_visibility);
+    if not exists (select 1 from groundkit.spaces s where s.space_id = _check_put.space_id) then
+        raise exception 'unknown space %', coalesce(quote_literal(_check_put.space_id), 'NULL')
+            using errcode = 'GK003';
+    end if;
+    if _check_put.title is null then
+        raise exception 'title must not be NULL (use an empty string)' using errcode = 'GK005';
+    end if;
+    if _check_put.owner_only is null then
+        raise exception 'owner_only must be true or false' using errcode = 'GK005';
+    end if;
+    if _check_put.owner_only and _check_put.owner_sub is null then
+        raise exception 'an owner_only object needs an owner_sub' using errcode = 'GK005';
+    end if;
+    if _check_put.owner_sub is not null then
+        perform groundkit._check_id('owner_sub', _check_put.owner_sub);
+    end if;
+    if jsonb_typeof(_check_put.metadata) <> 'object' then
+        raise exception 'metadata must be a JSON object' using errcode = 'GK005';
+    end if;
+    if _check_put.content_type = 'transcript' then
+        if _check_put.segments is not null then
+            perform groundkit._check_segments(_check_put.segments);
+        elsif _check_put.body is null then
+            raise exception 'a transcript needs segments or a body' using errcode = 'GK005';
+        end if;
+    else
+        if _check_put.segments is not null then
+            raise exception 'segments are only accepted for content_type ''transcript''' using errcode = 'GK005';
+        end if;
+        if _check_put.body is null then
+            raise exception 'body must not be NULL (use an empty string)' using errcode = 'GK005';
+        end if;
+    end if;
+
+end
+$$;
+
 create or replace function groundkit.put_object(
     object_id text,
     version bigint,
@@ -45,47 +97,12 @@ declare
     h text;
     meta jsonb := coalesce(put_object.metadata, '{}'::jsonb);
 begin
-    perform groundkit._check_write(put_object.object_id, put_object.version);
-    if not exists (select 1 from groundkit.content_types t where t.name = put_object.content_type) then
-        raise exception 'unknown content_type %', coalesce(quote_literal(put_object.content_type), 'NULL')
-            using errcode = 'GK004', hint = 'Known content types are listed in groundkit.content_types.';
-    end if;
-    perform groundkit._tier_rank(put_object.tier_visibility);
+    perform groundkit._check_put(put_object.object_id, put_object.version, put_object.content_type,
+                                 put_object.space_id, put_object.tier_visibility, put_object.title,
+                                 put_object.body, put_object.owner_sub, put_object.owner_only,
+                                 put_object.segments, meta);
     -- FOR SHARE: a concurrent put_space on this space waits for us, and we for it.
     perform 1 from groundkit.spaces s where s.space_id = put_object.space_id for share;
-    if not found then
-        raise exception 'unknown space %', coalesce(quote_literal(put_object.space_id), 'NULL')
-            using errcode = 'GK003';
-    end if;
-    if put_object.title is null then
-        raise exception 'title must not be NULL (use an empty string)' using errcode = 'GK005';
-    end if;
-    if put_object.owner_only is null then
-        raise exception 'owner_only must be true or false' using errcode = 'GK005';
-    end if;
-    if put_object.owner_only and put_object.owner_sub is null then
-        raise exception 'an owner_only object needs an owner_sub' using errcode = 'GK005';
-    end if;
-    if put_object.owner_sub is not null then
-        perform groundkit._check_id('owner_sub', put_object.owner_sub);
-    end if;
-    if jsonb_typeof(meta) <> 'object' then
-        raise exception 'metadata must be a JSON object' using errcode = 'GK005';
-    end if;
-    if put_object.content_type = 'transcript' then
-        if put_object.segments is not null then
-            perform groundkit._check_segments(put_object.segments);
-        elsif put_object.body is null then
-            raise exception 'a transcript needs segments or a body' using errcode = 'GK005';
-        end if;
-    else
-        if put_object.segments is not null then
-            raise exception 'segments are only accepted for content_type ''transcript''' using errcode = 'GK005';
-        end if;
-        if put_object.body is null then
-            raise exception 'body must not be NULL (use an empty string)' using errcode = 'GK005';
-        end if;
-    end if;
 
     h := groundkit._content_hash(put_object.content_type, put_object.space_id, put_object.tier_visibility,
                                  put_object.title, put_object.body, put_object.owner_sub,
@@ -210,18 +227,56 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     cur groundkit.objects;
+    cfg groundkit.config;
+    terms text[];
+    my_shard smallint := (pg_backend_pid() % 8)::smallint;
 begin
     perform groundkit._check_write(redact_object.object_id, redact_object.version);
+    -- Redactions queue behind each other: each locks counter rows of every shard below, and two
+    -- of them doing so at once could deadlock.
+    perform pg_advisory_xact_lock(hashtextextended('groundkit.redact', 0));
     perform groundkit._lock_object(redact_object.object_id);
     select * into cur from groundkit.objects o where o.object_id = redact_object.object_id for update;
+    if found and cur.state = 'redacted' then
+        return 'tombstoned';
+    end if;
     if found and cur.state = 'live' then
         -- the chunks leave the space's statistics: serialise with put_space on that space
         -- (which moves them between statistics scopes), as put_object and retier_object do
         perform 1 from groundkit.spaces s where s.space_id = cur.space_id for share;
     end if;
-    if found and cur.state = 'redacted' then
-        return 'tombstoned';
-    end if;
+
+    -- Every term the object's text ever produced: from its current chunks, and from every
+    -- payload in the log (chunked again), before the scrub below removes the text.
+    select * into cfg from groundkit.config;
+    select coalesce(array_agg(distinct x.term order by x.term), '{}') into terms
+      from (select u.lexeme as term
+              from groundkit.chunks c cross join lateral unnest(c.tsv) u
+             where c.object_id = redact_object.object_id
+            union
+            select u.lexeme
+              from groundkit.content_log l
+             cross join lateral groundkit._chunks_of(l.content_type, l.body, l.segments,
+                                                    cfg.chunk_chars, cfg.chunk_overlap) ch
+             cross join lateral unnest(to_tsvector('groundkit.english'::regconfig,
+                                                   coalesce(l.title, '') || E'\n' || ch.content)) u
+             where l.object_id = redact_object.object_id and l.op in ('put', 'retier') and not l.scrubbed) x;
+
+    -- Lock the counter rows of those terms before touching any other: first this backend's
+    -- shard (creating the rows _materialize will write), then every other shard, each pass in
+    -- key order. Writers lock only their own shard's rows, in key order, so no cycle can form.
+    insert into groundkit.term_stats as t (term, scope, shard, df)
+    select distinct p.term, c.stat_scope, my_shard, 0
+      from groundkit.chunks c
+      join groundkit.postings p on p.chunk_id = c.chunk_id
+     where c.object_id = redact_object.object_id and c.stat_scope is not null
+     order by 1, 2
+    on conflict (term, scope, shard) do update set df = t.df;
+    perform 1 from groundkit.term_stats t
+     where t.term = any (terms) and t.shard <> my_shard
+     order by t.term, t.scope, t.shard
+       for update;
+
     insert into groundkit.content_log (object_id, version, op)
     values (redact_object.object_id, redact_object.version, 'redact');
     update groundkit.content_log l
@@ -229,7 +284,8 @@ begin
      where l.object_id = redact_object.object_id and not l.scrubbed
        and (l.title is not null or l.body is not null or l.segments is not null);
     perform groundkit._materialize(redact_object.object_id);
-    perform groundkit._compact_term_stats();
+    -- No counter row may keep a term of the redacted text when nothing counts it any more.
+    perform groundkit._compact_term_stats(terms);
     return 'applied';
 end
 $$;

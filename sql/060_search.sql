@@ -16,43 +16,44 @@ as $$
       from unnest(to_tsvector('groundkit.english'::regconfig, coalesce(query, ''))) u
 $$;
 
-create or replace function groundkit.search(
-    reader_sub text,
-    query text,
-    k integer default 10,
-    content_types text[] default null,
-    space_ids text[] default null)
-returns table (
-    object_id text,
-    object_version bigint,
-    chunk_seq integer,
-    content_type text,
-    space_id text,
-    title text,
-    content text,
-    score double precision,
-    start_ms bigint,
-    end_ms bigint)
+-- The reader, as the live authority says right now: exactly one row in
+-- groundkit.reader_authority, active, with a tier groundkit.tiers knows. Anything else (no row,
+-- two rows whatever they say, another status, an unknown tier) is no row at all: fail closed.
+create or replace function groundkit._reader(p_reader_sub text)
+returns table (member_sub text, rank integer)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select a.member_sub, t.rank
+      from (select x.member_sub, x.tier, x.status, count(*) over () as n
+              from groundkit.reader_authority x
+             where x.member_sub = p_reader_sub) a
+      join groundkit.tiers t on t.name = a.tier
+     where a.n = 1 and a.status = 'active'
+$$;
+
+-- The argument checks every search path shares.
+create or replace function groundkit._search_check(query text, k integer, content_types text[])
+returns void
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-#variable_conflict use_column
 declare
     bad text;
 begin
-    if search.query is null then
+    if query is null then
         raise exception 'query must not be NULL' using errcode = 'GK005';
     end if;
-    if length(search.query) > 4096 then
-        raise exception 'query is % characters long; the limit is 4096', length(search.query)
+    if length(query) > 4096 then
+        raise exception 'query is % characters long; the limit is 4096', length(query)
             using errcode = 'GK005';
     end if;
-    if search.k is null or search.k < 1 or search.k > 200 then
-        raise exception 'k must be between 1 and 200 (got %)', coalesce(search.k::text, 'NULL')
+    if k is null or k < 1 or k > 200 then
+        raise exception 'k must be between 1 and 200 (got %)', coalesce(k::text, 'NULL')
             using errcode = 'GK005';
     end if;
-    if search.content_types is not null then
-        select x into bad from unnest(search.content_types) x
+    if content_types is not null then
+        select x into bad from unnest(content_types) x
          where x is null or not exists (select 1 from groundkit.content_types t where t.name = x)
          limit 1;
         if found then
@@ -60,18 +61,29 @@ begin
                 using errcode = 'GK004';
         end if;
     end if;
+end
+$$;
 
+-- Exhaustive BM25: one aggregate over every posting of the query terms, the permission
+-- predicate inside the join. The reference the pruned path is tested against
+-- (tests/test_search_exact.py), and the path taken when the stored impacts were computed
+-- with other BM25 parameters than groundkit.config's.
+create or replace function groundkit._search_exhaustive(
+    reader_sub text,
+    query text,
+    k integer default 10,
+    content_types text[] default null,
+    space_ids text[] default null)
+returns table (chunk_id bigint, score double precision)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    perform groundkit._search_check(_search_exhaustive.query, _search_exhaustive.k, _search_exhaustive.content_types);
     return query
     with reader as (
-        -- exactly one authority row for the reader, active, with a known tier; anything else
-        -- (no row, two rows whatever they say, another status, an unknown tier) is no row at
-        -- all: fail closed
-        select a.member_sub, t.rank
-          from (select x.member_sub, x.tier, x.status, count(*) over () as n
-                  from groundkit.reader_authority x
-                 where x.member_sub = search.reader_sub) a
-          join groundkit.tiers t on t.name = a.tier
-         where a.n = 1 and a.status = 'active'
+        select r.member_sub, r.rank from groundkit._reader(_search_exhaustive.reader_sub) r
     ),
     cfg as (
         select c.bm25_k1 as k1, c.bm25_b as b from groundkit.config c
@@ -86,7 +98,7 @@ begin
         select q.term, q.qtf,
                coalesce((select sum(ts.df) from groundkit.term_stats ts, reader r
                           where ts.term = q.term and ts.scope <= r.rank), 0)::double precision as df
-          from groundkit.query_terms(search.query) q
+          from groundkit.query_terms(_search_exhaustive.query) q
     ),
     weights as (
         select q.term,
@@ -114,16 +126,261 @@ begin
                 or exists (select 1 from groundkit.space_grants g
                             where g.space_id = s.space_id and g.member_sub = r.member_sub))
            and (not o.owner_only or o.owner_sub = r.member_sub)
-           and (search.content_types is null or o.content_type = any (search.content_types))
-           and (search.space_ids is null or o.space_id = any (search.space_ids))
+           and (_search_exhaustive.content_types is null or o.content_type = any (_search_exhaustive.content_types))
+           and (_search_exhaustive.space_ids is null or o.space_id = any (_search_exhaustive.space_ids))
          group by p.chunk_id
     )
-    select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
-           c.content, sc.score, c.start_ms, c.end_ms
+    select sc.chunk_id, sc.score
       from scored sc
       join groundkit.chunks c on c.chunk_id = sc.chunk_id
-      join groundkit.objects o on o.object_id = c.object_id
      order by sc.score desc, c.object_id, c.chunk_seq
-     limit search.k;
+     limit _search_exhaustive.k;
 end
+$$;
+
+-- Exact top-k BM25 that reads postings best-first (docs/bm25.md).
+--
+-- Each (term, visibility bucket) postings list is read in impact order (postings_impact_idx),
+-- `depth` postings deep, only from the buckets the reader may hold. After each round:
+--   lb(c)     = the exact contributions of the terms c was seen under;
+--   bnd(t)    = a bound on the contribution of any posting of t not read yet (0 once every
+--               list of t is exhausted), from the last impact read;
+--   ub(c)     = lb(c) + bnd of the terms c was not seen under;   ub_unseen = sum of bnd(t).
+-- theta_lb is the k-th largest lb among candidates that pass the live permission predicate.
+-- A candidate with ub(c) < theta_lb cannot be in the top k. The rest are scored exactly
+-- (primary-key lookups) and checked against the live predicate; their k-th score theta is
+-- final once ub_unseen <= theta: no chunk not read yet can beat it. Otherwise the depth grows
+-- fourfold. Nothing caps the depth, so a selective reader still gets k rows when k exist.
+create or replace function groundkit._search_pruned(
+    reader_sub text,
+    query text,
+    k integer default 10,
+    content_types text[] default null,
+    space_ids text[] default null,
+    start_depth integer default null)
+returns table (chunk_id bigint, score double precision)
+language plpgsql stable
+rows 10
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    v_member text;
+    v_rank integer;
+    v_n double precision;
+    v_total double precision;
+    v_avgdl double precision;
+    v_k1 double precision;
+    v_b double precision;
+    ip groundkit.bm25_impact;
+    terms text[];
+    ws double precision[];
+    buckets bigint[];
+    mult double precision;
+    depth integer;
+    c_ids bigint[];
+    c_lb double precision[];
+    c_seen double precision[];
+    ub_unseen double precision;
+    theta_lb double precision;
+    kth_ub double precision;
+    n_vis integer;
+    r_ids bigint[];
+    r_scores double precision[];
+begin
+    perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
+    -- fail closed: no reader row, no results
+    select r.member_sub, r.rank into v_member, v_rank from groundkit._reader(_search_pruned.reader_sub) r;
+    if v_member is null then
+        return;
+    end if;
+
+    select c.bm25_k1, c.bm25_b into v_k1, v_b from groundkit.config c;
+    select * into ip from groundkit.bm25_impact;
+    if ip.k1 is distinct from v_k1 or ip.b is distinct from v_b then
+        return query select * from groundkit._search_exhaustive(
+            _search_pruned.reader_sub, _search_pruned.query, _search_pruned.k,
+            _search_pruned.content_types, _search_pruned.space_ids);
+        return;
+    end if;
+
+    select coalesce(sum(s.n_chunks), 0), coalesce(sum(s.total_len), 0) into v_n, v_total
+      from groundkit.scope_stats s where s.scope <= v_rank;
+    v_avgdl := case when v_n > 0 and v_total > 0 then v_total / v_n else 1 end;
+    select array_agg(q.term order by q.term),
+           array_agg(q.qtf * ln(1 + (greatest(v_n - q.df, 0) + 0.5) / (q.df + 0.5)) order by q.term)
+      into terms, ws
+      from (select q.term, q.qtf,
+                   coalesce((select sum(ts.df) from groundkit.term_stats ts
+                              where ts.term = q.term and ts.scope <= v_rank), 0)::double precision as df
+              from groundkit.query_terms(_search_pruned.query) q) q;
+    if terms is null then
+        return;
+    end if;
+    buckets := array(
+        select t.rank::bigint from groundkit.tiers t where t.rank <= v_rank
+        union
+        select groundkit._vis_key(false, null, true, g.space_id, null)
+          from groundkit.space_grants g join groundkit.spaces s on s.space_id = g.space_id
+         where g.member_sub = v_member and s.private
+        union
+        select groundkit._vis_key(true, v_member, false, null, null));
+    -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
+    -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
+    mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
+    -- start_depth is for tests: 1 forces many rounds on a small corpus.
+    depth := greatest(1, coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k)));
+
+    loop
+        with q as (
+            select x.i, x.term, x.w from unnest(terms, ws) with ordinality as x(term, w, i)
+        ),
+        p as (
+            select q.i, b.vk, x.chunk_id, x.imp,
+                   q.w * x.tf / (x.tf + v_k1 * (1 - v_b + v_b * x.doc_len / v_avgdl)) as s
+              from q
+             cross join unnest(buckets) as b(vk)
+             cross join lateral (
+                   select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
+                    where p.term = q.term and p.vis_key = b.vk
+                    order by p.imp desc
+                    limit depth) x
+        ),
+        lists as (
+            select p.i, p.vk, count(*) as n, min(p.imp) as last_imp from p group by p.i, p.vk
+        ),
+        bnd as (
+            select q.i,
+                   q.w * least(1.0, coalesce(max(l.last_imp) filter (where l.n >= depth), 0) * mult) as bnd
+              from q left join lists l on l.i = q.i
+             group by q.i, q.w
+        ),
+        cand as (
+            select p.chunk_id, sum(p.s) as lb, sum(b.bnd) as seen_bnd
+              from p join bnd b on b.i = p.i
+             group by p.chunk_id
+        )
+        select (select sum(b.bnd) from bnd b),
+               array_agg(c.chunk_id order by c.lb desc),
+               array_agg(c.lb order by c.lb desc),
+               array_agg(c.seen_bnd order by c.lb desc)
+          into ub_unseen, c_ids, c_lb, c_seen
+          from cand c;
+
+        -- The final k-th score cannot exceed the k-th largest upper bound of any candidate: while
+        -- that is below ub_unseen this depth cannot decide, so read deeper before scoring anything.
+        select min(z.ub) into kth_ub
+          from (select u.lb + ub_unseen - u.seen as ub from unnest(c_lb, c_seen) as u(lb, seen)
+                 order by 1 desc limit _search_pruned.k) z;
+        if ub_unseen > 0 and (cardinality(c_ids) < _search_pruned.k or kth_ub < ub_unseen) then
+            raise debug 'groundkit pruned: depth % candidates % ub_unseen % kth_ub %: deeper',
+                depth, cardinality(c_ids), ub_unseen, kth_ub;
+            depth := depth * 4;
+            continue;
+        end if;
+
+        -- theta_lb: the k-th best lower bound among candidates the reader may see, checked
+        -- against the live predicate best-first until k pass.
+        select count(*), min(z.lb) into n_vis, theta_lb
+          from (select s.lb
+                  from (select u.id, u.lb from unnest(c_ids, c_lb) with ordinality as u(id, lb, ord)
+                         order by u.ord offset 0) s
+                 where exists (
+                       select 1
+                         from groundkit.chunks ch
+                         join groundkit.objects o on o.object_id = ch.object_id
+                                                 and o.version = ch.object_version and o.state = 'live'
+                         join groundkit.tiers ot on ot.name = o.tier_visibility
+                         join groundkit.spaces sp on sp.space_id = o.space_id
+                         join groundkit.tiers st on st.name = sp.min_tier
+                        where ch.chunk_id = s.id
+                          and v_rank >= ot.rank and v_rank >= st.rank
+                          and (not sp.private
+                               or exists (select 1 from groundkit.space_grants g
+                                           where g.space_id = sp.space_id and g.member_sub = v_member))
+                          and (not o.owner_only or o.owner_sub = v_member)
+                          and (_search_pruned.content_types is null
+                               or o.content_type = any (_search_pruned.content_types))
+                          and (_search_pruned.space_ids is null or o.space_id = any (_search_pruned.space_ids)))
+                 limit _search_pruned.k) z;
+
+        if n_vis < _search_pruned.k then
+            if ub_unseen > 0 then
+                depth := depth * 4;
+                continue;
+            end if;
+            theta_lb := '-infinity';
+        end if;
+
+        -- Score the survivors exactly, under the live predicate.
+        select array_agg(z.id order by z.score desc, z.object_id, z.chunk_seq),
+               array_agg(z.score order by z.score desc, z.object_id, z.chunk_seq)
+          into r_ids, r_scores
+          from (select sv.id, sv.object_id, sv.chunk_seq, sc.score
+                  from (select u.id, v.object_id, v.chunk_seq, v.doc_len
+                          from unnest(c_ids, c_lb, c_seen) as u(id, lb, seen)
+                         cross join lateral (
+                               select ch.object_id, ch.chunk_seq, ch.doc_len
+                                 from groundkit.chunks ch
+                                 join groundkit.objects o on o.object_id = ch.object_id
+                                                         and o.version = ch.object_version and o.state = 'live'
+                                 join groundkit.tiers ot on ot.name = o.tier_visibility
+                                 join groundkit.spaces sp on sp.space_id = o.space_id
+                                 join groundkit.tiers st on st.name = sp.min_tier
+                                where ch.chunk_id = u.id
+                                  and v_rank >= ot.rank and v_rank >= st.rank
+                                  and (not sp.private
+                                       or exists (select 1 from groundkit.space_grants g
+                                                   where g.space_id = sp.space_id and g.member_sub = v_member))
+                                  and (not o.owner_only or o.owner_sub = v_member)
+                                  and (_search_pruned.content_types is null
+                                       or o.content_type = any (_search_pruned.content_types))
+                                  and (_search_pruned.space_ids is null
+                                       or o.space_id = any (_search_pruned.space_ids))
+                               offset 0) v
+                         where u.lb + ub_unseen - u.seen >= theta_lb) sv
+                 cross join lateral (
+                       select sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * sv.doc_len / v_avgdl))) as score
+                         from unnest(terms, ws) as q(term, w)
+                         join groundkit.postings pp on pp.term = q.term and pp.chunk_id = sv.id) sc
+                 order by sc.score desc, sv.object_id, sv.chunk_seq
+                 limit _search_pruned.k) z;
+
+        exit when ub_unseen <= 0
+               or (cardinality(r_ids) >= _search_pruned.k
+                   and r_scores[_search_pruned.k] >= ub_unseen);
+        depth := depth * 4;
+    end loop;
+
+    return query select u.id, u.score from unnest(r_ids, r_scores) as u(id, score);
+end
+$$;
+
+create or replace function groundkit.search(
+    reader_sub text,
+    query text,
+    k integer default 10,
+    content_types text[] default null,
+    space_ids text[] default null)
+returns table (
+    object_id text,
+    object_version bigint,
+    chunk_seq integer,
+    content_type text,
+    space_id text,
+    title text,
+    content text,
+    score double precision,
+    start_ms bigint,
+    end_ms bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
+           c.content, r.score, c.start_ms, c.end_ms
+      from groundkit._search_pruned(search.reader_sub, search.query, search.k,
+                                    search.content_types, search.space_ids) r
+      join groundkit.chunks c on c.chunk_id = r.chunk_id
+      join groundkit.objects o on o.object_id = c.object_id
+     order by r.score desc, c.object_id, c.chunk_seq
 $$;

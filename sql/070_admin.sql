@@ -26,8 +26,9 @@ as $$
                          c.chunker_version)
           from groundkit.chunks c
         union all
-        select concat_ws('|', 'p', c.object_id, c.chunk_seq, p.term, p.tf)
-          from groundkit.postings p join groundkit.chunks c on c.chunk_id = p.chunk_id
+        select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq, p.term,
+                         p.tf, p.doc_len, p.vis_key, p.imp)
+          from groundkit.postings p left join groundkit.chunks c on c.chunk_id = p.chunk_id
         union all
         select concat_ws('|', 't', t.term, t.scope, sum(t.df))
           from groundkit.term_stats t group by t.term, t.scope having sum(t.df) <> 0
@@ -44,13 +45,18 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     n bigint := 0;
-    oid_ text;
+    ids text[];
 begin
     truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
              groundkit.scope_stats;
-    for oid_ in select distinct l.object_id from groundkit.content_log l order by 1 loop
-        perform groundkit._materialize(oid_);
-        n := n + 1;
+    -- Set-based, a thousand objects per statement batch.
+    for ids in select array_agg(x.object_id order by x.object_id)
+                 from (select distinct l.object_id from groundkit.content_log l) x
+                group by hashtext(x.object_id) % greatest(1, (select count(distinct l.object_id) / 1000
+                                                               from groundkit.content_log l)::integer)
+    loop
+        perform groundkit._materialize_many(ids);
+        n := n + cardinality(ids);
     end loop;
     return n;
 end

