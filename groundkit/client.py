@@ -231,6 +231,25 @@ class Groundkit:
         )
         return self.put(obj)
 
+    def put_objects(self, objects: Sequence[ContentObject]) -> list[WriteResult]:
+        """Write many objects in one statement (``groundkit.put_objects``): the same checks,
+        statuses and invariants as :meth:`put`, set-based. Fails whole on the first bad element."""
+        payload = []
+        for obj in objects:
+            if not isinstance(obj, ContentObject):
+                raise InvalidArgument("put_objects takes ContentObject instances")
+            _no_nul(
+                object_id=obj.object_id, space_id=obj.space_id, tier_visibility=obj.tier_visibility,
+                title=obj.title, body=obj.body, owner_sub=obj.owner_sub,
+                segments=[s.text for s in obj.segments or ()],
+            )
+            payload.append(obj.model_dump(mode="json"))
+        if not payload:
+            return []
+        rows = self._fetch("select * from groundkit.put_objects(objects => %(objects)s)", {"objects": Jsonb(payload)})
+        return [WriteResult(object_id=r["object_id"], version=r["version"], status=WriteStatus(r["status"]))
+                for r in rows]
+
     def _versioned(self, fn: str, object_id: str, version: int, **extra: str) -> WriteResult:
         _no_nul(object_id=object_id, **extra)
         if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= 2**63 - 1:

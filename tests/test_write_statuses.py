@@ -343,3 +343,23 @@ def test_log_gets_a_row_only_for_applied_writes(community: Groundkit, raw: Raw) 
         put(gk, "b", 1, "one")
         put(gk, "b", 1, "two")
     assert log(raw, "b") == [("b", 1, "put")]
+
+
+def test_put_objects_bulk_returns_put_object_statuses(gk: Groundkit) -> None:
+    """The bulk path: the same statuses, in input order, and the same derived state as one by one."""
+    from groundkit.models import ContentObject
+
+    gk.put_space("bulk")
+    objs = [ContentObject(object_id=f"b{i}", version=1, content_type="document", space_id="bulk",
+                          tier_visibility="T0", title=f"Doc {i}", body=f"bulk body number {i}") for i in range(5)]
+    first = gk.put_objects(objs)
+    assert [r.status.value for r in first] == ["applied"] * 5
+    again = gk.put_objects([objs[0], objs[1].model_copy(update={"version": 2, "body": "changed"})])
+    assert [r.status.value for r in again] == ["duplicate", "applied"]
+    gk.delete_object("b2", 1)
+    assert [r.status.value for r in gk.put_objects([objs[2]])] == ["tombstoned"]
+    before = gk.state_checksum()
+    gk.rebuild()
+    assert gk.state_checksum() == before
+    with pytest.raises(VersionConflict):
+        gk.put_objects([objs[3].model_copy(update={"body": "other text, same version"})])

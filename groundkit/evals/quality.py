@@ -23,6 +23,7 @@ from groundkit.databases import fresh_database
 from groundkit.evals.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
 from groundkit.evals.datasets import Collection, load_collection
 from groundkit.evals.metrics import evaluate
+from groundkit.models import ContentObject
 
 DATABASE: Final = "groundkit_eval_quality"
 READER: Final = "evaluator"
@@ -89,16 +90,18 @@ class QualityRow(BaseModel):
 
 
 def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | None = None) -> None:
-    """Write every document of ``collection`` through ``put_object`` (transactions of 500)."""
+    """Write every document of ``collection`` through the bulk ``put_objects`` (500 per call)."""
     with Groundkit.connect(dsn) as gk:
         gk.conn.execute("update groundkit.config set chunk_chars = 1000000, chunk_overlap = 0")
         gk.put_member(READER, "T0")
         gk.put_space(SPACE, "T0")
         total = len(collection.docs)
         for start in range(0, total, BATCH):
-            with gk.conn.transaction():
-                for doc in collection.docs[start:start + BATCH]:
-                    gk.put_object(doc.doc_id, 1, "document", SPACE, "T0", doc.title, doc.text)
+            gk.put_objects([
+                ContentObject(object_id=doc.doc_id, version=1, content_type="document", space_id=SPACE,
+                              tier_visibility="T0", title=doc.title, body=doc.text)
+                for doc in collection.docs[start:start + BATCH]
+            ])
             if progress is not None:
                 progress("load", min(start + BATCH, total), total)
         # Fresh planner statistics, as autovacuum would eventually gather them: without them the
