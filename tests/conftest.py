@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import tempfile
 import warnings
 from collections.abc import Callable, Iterator
@@ -57,6 +58,7 @@ def server_dsn() -> Iterator[str]:
     yield dsn
     if server is not None:
         server.cleanup()
+        shutil.rmtree(Path(server.pgdata).parent, ignore_errors=True)
 
 
 def _admin(server_dsn: str) -> psycopg.Connection[tuple[Any, ...]]:
