@@ -295,14 +295,14 @@ def test_bad_version_raises_invalid_argument(community: Groundkit, raw: Raw, ver
     with pytest.raises(InvalidArgument):
         community.redact_object("a", version)
     for call in (
-        "groundkit.delete_object(object_id => 'a', version => %(v)s)",
-        "groundkit.redact_object(object_id => 'a', version => %(v)s)",
-        "groundkit.retier_object(object_id => 'a', version => %(v)s, tier_visibility => 'T1')",
-        "groundkit.put_object(object_id => 'b', version => %(v)s, content_type => 'board_post',"
+        "select groundkit.delete_object(object_id => 'a', version => %(v)s)",
+        "select groundkit.redact_object(object_id => 'a', version => %(v)s)",
+        "select groundkit.retier_object(object_id => 'a', version => %(v)s, tier_visibility => 'T1')",
+        "select groundkit.put_object(object_id => 'b', version => %(v)s, content_type => 'board_post',"
         " space_id => 'open', tier_visibility => 'T0', title => 't', body => 'b')",
     ):
         with pytest.raises(psycopg.Error) as info:
-            raw.execute(f"select {call}", {"v": version})
+            raw.execute(call, {"v": version})
         assert info.value.sqlstate == "GK005"
     assert log(raw) == [("a", 1, "put")]
     assert current(raw, "a") == (1, "live")
