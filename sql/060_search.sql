@@ -141,7 +141,8 @@ $$;
 -- Exact top-k BM25 that reads postings best-first (docs/bm25.md).
 --
 -- Each (term, visibility bucket) postings list is read in impact order (postings_impact_idx),
--- `depth` postings deep, only from the buckets the reader may hold. After each round:
+-- depths[t] postings deep (per term), only from the buckets the reader may hold. After each
+-- round:
 --   lb(c)     = the exact contributions of the terms c was seen under;
 --   bnd(t)    = a bound on the contribution of any posting of t not read yet (0 once every
 --               list of t is exhausted), from the last impact read;
@@ -150,7 +151,8 @@ $$;
 -- A candidate with ub(c) < theta_lb cannot be in the top k. The rest are scored exactly
 -- (primary-key lookups) and checked against the live predicate; their k-th score theta is
 -- final once ub_unseen <= theta: no chunk not read yet can beat it. Otherwise the depth grows
--- fourfold. Nothing caps the depth, so a selective reader still gets k rows when k exist.
+-- fourfold, for the essential terms only (MaxScore, below). Nothing caps the depth, so a
+-- selective reader still gets k rows when k exist.
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
@@ -177,7 +179,10 @@ declare
     ws double precision[];
     buckets bigint[];
     mult double precision;
-    depth integer;
+    depths integer[];
+    bnds double precision[];
+    theta_h double precision;
+    first_round boolean := true;
     c_ids bigint[];
     c_lb double precision[];
     c_seen double precision[];
@@ -229,9 +234,33 @@ begin
     -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
     mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
     -- start_depth is for tests: 1 forces many rounds on a small corpus.
-    depth := greatest(1, coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k)));
+    depths := array_fill(greatest(1, coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))),
+                         array[cardinality(terms)]);
 
     loop
+        -- Deepen (every round but the first). Exactness does not depend on which lists are
+        -- deepened, only on bnd bounding what is unread; termination needs one unexhausted list
+        -- deepened per round. Per-term depth, MaxScore style: with theta_h a lower estimate of
+        -- the final k-th score, the terms of smallest bnd whose bnds sum to at most theta_h / 4
+        -- keep their depth; the other (essential) terms' lists grow fourfold. A quarter, not
+        -- all of theta_h as in MaxScore: this loop stops when the sum of every bnd is <= theta,
+        -- so terms left shallow make the others go deeper (docs/bm25.md). No estimate yet:
+        -- every unexhausted term grows. The term of largest bnd always grows.
+        if not first_round then
+            select array_agg(case when e.grow then least(e.d::bigint * 4, 1000000000)::integer
+                                  else e.d end order by e.i)
+              into depths
+              from (select x.i, x.d,
+                           x.bnd > 0
+                           and (theta_h is null
+                                or sum(x.bnd) over (order by x.bnd, x.i
+                                                    rows between unbounded preceding and current row)
+                                   > 0.25 * theta_h
+                                or x.bnd >= max(x.bnd) over ()) as grow
+                      from unnest(depths, bnds) with ordinality as x(d, bnd, i)) e;
+        end if;
+        first_round := false;
+
         with q as (
             select x.i, x.term, x.w from unnest(terms, ws) with ordinality as x(term, w, i)
         ),
@@ -244,14 +273,14 @@ begin
                    select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
                     where p.term = q.term and p.vis_key = b.vk
                     order by p.imp desc
-                    limit depth) x
+                    limit depths[q.i]) x
         ),
         lists as (
             select p.i, p.vk, count(*) as n, min(p.imp) as last_imp from p group by p.i, p.vk
         ),
         bnd as (
             select q.i,
-                   q.w * least(1.0, coalesce(max(l.last_imp) filter (where l.n >= depth), 0) * mult) as bnd
+                   q.w * least(1.0, coalesce(max(l.last_imp) filter (where l.n >= depths[q.i]), 0) * mult) as bnd
               from q left join lists l on l.i = q.i
              group by q.i, q.w
         ),
@@ -261,10 +290,11 @@ begin
              group by p.chunk_id
         )
         select (select sum(b.bnd) from bnd b),
+               (select array_agg(b.bnd order by b.i) from bnd b),
                array_agg(c.chunk_id order by c.lb desc),
                array_agg(c.lb order by c.lb desc),
                array_agg(c.seen_bnd order by c.lb desc)
-          into ub_unseen, c_ids, c_lb, c_seen
+          into ub_unseen, bnds, c_ids, c_lb, c_seen
           from cand c;
 
         -- The final k-th score cannot exceed the k-th largest upper bound of any candidate: while
@@ -273,9 +303,8 @@ begin
           from (select u.lb + ub_unseen - u.seen as ub from unnest(c_lb, c_seen) as u(lb, seen)
                  order by 1 desc limit _search_pruned.k) z;
         if ub_unseen > 0 and (cardinality(c_ids) < _search_pruned.k or kth_ub < ub_unseen) then
-            raise debug 'groundkit pruned: depth % candidates % ub_unseen % kth_ub %: deeper',
-                depth, cardinality(c_ids), ub_unseen, kth_ub;
-            depth := depth * 4;
+            raise debug 'groundkit pruned: depths % candidates % ub_unseen % kth_ub %: deeper',
+                depths, cardinality(c_ids), ub_unseen, kth_ub;
             continue;
         end if;
 
@@ -304,9 +333,11 @@ begin
                           and (_search_pruned.space_ids is null or o.space_id = any (_search_pruned.space_ids)))
                  limit _search_pruned.k) z;
 
+        if n_vis >= _search_pruned.k then
+            theta_h := greatest(theta_h, theta_lb);
+        end if;
         if n_vis < _search_pruned.k then
             if ub_unseen > 0 then
-                depth := depth * 4;
                 continue;
             end if;
             theta_lb := '-infinity';
@@ -338,7 +369,11 @@ begin
                                   and (_search_pruned.space_ids is null
                                        or o.space_id = any (_search_pruned.space_ids))
                                offset 0) v
-                         where u.lb + ub_unseen - u.seen >= theta_lb) sv
+                         -- ub(c) = lb(c) + the bnd of the terms c was not seen under. In floating
+                         -- point lb + ub_unseen - seen can come out an ulp below lb for a chunk seen
+                         -- under every term, and pruning it then would be wrong when it ties
+                         -- theta_lb: clamp the unseen part at 0 and keep a relative slack of 1e-9.
+                         where u.lb + greatest(ub_unseen - u.seen, 0) >= theta_lb * (1 - 1e-9)) sv
                  cross join lateral (
                        select sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * sv.doc_len / v_avgdl))) as score
                          from unnest(terms, ws) as q(term, w)
@@ -349,7 +384,11 @@ begin
         exit when ub_unseen <= 0
                or (cardinality(r_ids) >= _search_pruned.k
                    and r_scores[_search_pruned.k] >= ub_unseen);
-        depth := depth * 4;
+        -- theta only grows with depth (the candidate set only grows), so this k-th score is a
+        -- lower estimate of the final one.
+        if cardinality(r_ids) >= _search_pruned.k then
+            theta_h := r_scores[_search_pruned.k];
+        end if;
     end loop;
 
     return query select u.id, u.score from unnest(r_ids, r_scores) as u(id, score);

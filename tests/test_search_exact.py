@@ -262,3 +262,28 @@ def test_rebuild_reproduces_postings_and_impacts(community: Groundkit) -> None:
     before = gk.state_checksum()
     gk.rebuild()
     assert gk.state_checksum() == before
+
+
+def test_per_term_depth_multi_term(community: Groundkit) -> None:
+    """Lists deepened per term (MaxScore): a common term read shallow, a rare term deep, and the
+    best chunks need both, some of them hidden from the reader."""
+    gk = community
+    for i in range(80):
+        gk.put_object(f"common{i}", 1, "board_post", "open", "T0", "stone",
+                      "stone " * (1 + i % 5) + "filler words here " * (i % 7))
+    for i in range(30):
+        tier = "T3" if i % 3 == 0 else "T0"
+        gk.put_object(f"both{i}", 1, "board_post", "open", tier, "granite",
+                      "granite stone " * (1 + i % 4) + "other words " * (i % 9))
+    for i in range(40):
+        gk.put_object(f"rare{i}", 1, "board_post", "open", "T0", "notes", "granite " + "pad " * (i % 11))
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        for reader in ("t0", "t3"):
+            for query in ("granite stone", "stone stone granite", "granite stone filler"):
+                for k in (1, 5, 10, 40):
+                    want = _rows(raw, "_search_exhaustive", reader, query, k)
+                    assert len(want) == k
+                    for depth in (1, 2, 5, None):
+                        extra = f", start_depth => {depth}" if depth else ""
+                        got = _rows(raw, "_search_pruned", reader, query, k, extra)
+                        _assert_same(got, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
