@@ -32,6 +32,37 @@ as $$
      where a.n = 1 and a.status = 'active'
 $$;
 
+-- THE permission predicate, in one place: the chunk, if the reader (of tier rank p_rank, as
+-- groundkit._reader resolved it) may see it now, else no row. Every search path joins it
+-- laterally per candidate chunk, inside its own ranking query.
+--
+-- Deliberately without `set search_path`: a SQL function with a SET clause is never inlined,
+-- and inlined is what keeps this a plain join in the caller's plan (index lookups per chunk,
+-- no function call per row). Every relation below is schema-qualified, it is called only from
+-- functions that pin search_path = pg_catalog, pg_temp (the inlined body is planned under the
+-- caller's setting), and nobody else may execute it (sql/090_roles.sql revokes PUBLIC).
+create or replace function groundkit._visible_chunk(
+    p_chunk_id bigint, p_rank integer, p_member text, p_content_types text[], p_space_ids text[])
+returns table (object_id text, chunk_seq integer, doc_len integer)
+language sql stable
+as $$
+    select ch.object_id, ch.chunk_seq, ch.doc_len
+      from groundkit.chunks ch
+      join groundkit.objects o on o.object_id = ch.object_id
+                              and o.version = ch.object_version and o.state = 'live'
+      join groundkit.tiers ot on ot.name = o.tier_visibility
+      join groundkit.spaces sp on sp.space_id = o.space_id
+      join groundkit.tiers st on st.name = sp.min_tier
+     where ch.chunk_id = p_chunk_id
+       and p_rank >= ot.rank and p_rank >= st.rank
+       and (not sp.private
+            or exists (select 1 from groundkit.space_grants g
+                        where g.space_id = sp.space_id and g.member_sub = p_member))
+       and (not o.owner_only or o.owner_sub = p_member)
+       and (p_content_types is null or o.content_type = any (p_content_types))
+       and (p_space_ids is null or o.space_id = any (p_space_ids))
+$$;
+
 -- The argument checks every search path shares.
 create or replace function groundkit._search_check(query text, k integer, content_types text[])
 returns void
@@ -111,23 +142,11 @@ begin
                sum(w.w * p.tf / (p.tf + cfg.k1 * (1 - cfg.b + cfg.b * c.doc_len / w.avgdl))) as score
           from weights w
           join groundkit.postings p on p.term = w.term
-          join groundkit.chunks c on c.chunk_id = p.chunk_id
-          join groundkit.objects o on o.object_id = c.object_id
-                                  and o.version = c.object_version
-                                  and o.state = 'live'
-          join groundkit.tiers ot on ot.name = o.tier_visibility
-          join groundkit.spaces s on s.space_id = o.space_id
-          join groundkit.tiers st on st.name = s.min_tier
           cross join reader r
           cross join cfg
-         where r.rank >= ot.rank
-           and r.rank >= st.rank
-           and (not s.private
-                or exists (select 1 from groundkit.space_grants g
-                            where g.space_id = s.space_id and g.member_sub = r.member_sub))
-           and (not o.owner_only or o.owner_sub = r.member_sub)
-           and (_search_exhaustive.content_types is null or o.content_type = any (_search_exhaustive.content_types))
-           and (_search_exhaustive.space_ids is null or o.space_id = any (_search_exhaustive.space_ids))
+          cross join lateral groundkit._visible_chunk(p.chunk_id, r.rank, r.member_sub,
+                                                      _search_exhaustive.content_types,
+                                                      _search_exhaustive.space_ids) c
          group by p.chunk_id
     )
     select sc.chunk_id, sc.score
@@ -315,22 +334,9 @@ begin
                   from (select u.id, u.lb from unnest(c_ids, c_lb) with ordinality as u(id, lb, ord)
                          order by u.ord offset 0) s
                  where exists (
-                       select 1
-                         from groundkit.chunks ch
-                         join groundkit.objects o on o.object_id = ch.object_id
-                                                 and o.version = ch.object_version and o.state = 'live'
-                         join groundkit.tiers ot on ot.name = o.tier_visibility
-                         join groundkit.spaces sp on sp.space_id = o.space_id
-                         join groundkit.tiers st on st.name = sp.min_tier
-                        where ch.chunk_id = s.id
-                          and v_rank >= ot.rank and v_rank >= st.rank
-                          and (not sp.private
-                               or exists (select 1 from groundkit.space_grants g
-                                           where g.space_id = sp.space_id and g.member_sub = v_member))
-                          and (not o.owner_only or o.owner_sub = v_member)
-                          and (_search_pruned.content_types is null
-                               or o.content_type = any (_search_pruned.content_types))
-                          and (_search_pruned.space_ids is null or o.space_id = any (_search_pruned.space_ids)))
+                       select 1 from groundkit._visible_chunk(s.id, v_rank, v_member,
+                                                              _search_pruned.content_types,
+                                                              _search_pruned.space_ids))
                  limit _search_pruned.k) z;
 
         if n_vis >= _search_pruned.k then
@@ -351,23 +357,10 @@ begin
                   from (select u.id, v.object_id, v.chunk_seq, v.doc_len
                           from unnest(c_ids, c_lb, c_seen) as u(id, lb, seen)
                          cross join lateral (
-                               select ch.object_id, ch.chunk_seq, ch.doc_len
-                                 from groundkit.chunks ch
-                                 join groundkit.objects o on o.object_id = ch.object_id
-                                                         and o.version = ch.object_version and o.state = 'live'
-                                 join groundkit.tiers ot on ot.name = o.tier_visibility
-                                 join groundkit.spaces sp on sp.space_id = o.space_id
-                                 join groundkit.tiers st on st.name = sp.min_tier
-                                where ch.chunk_id = u.id
-                                  and v_rank >= ot.rank and v_rank >= st.rank
-                                  and (not sp.private
-                                       or exists (select 1 from groundkit.space_grants g
-                                                   where g.space_id = sp.space_id and g.member_sub = v_member))
-                                  and (not o.owner_only or o.owner_sub = v_member)
-                                  and (_search_pruned.content_types is null
-                                       or o.content_type = any (_search_pruned.content_types))
-                                  and (_search_pruned.space_ids is null
-                                       or o.space_id = any (_search_pruned.space_ids))
+                               select vc.object_id, vc.chunk_seq, vc.doc_len
+                                 from groundkit._visible_chunk(u.id, v_rank, v_member,
+                                                               _search_pruned.content_types,
+                                                               _search_pruned.space_ids) vc
                                offset 0) v
                          -- ub(c) = lb(c) + the bnd of the terms c was not seen under. In floating
                          -- point lb + ub_unseen - seen can come out an ulp below lb for a chunk seen

@@ -44,24 +44,13 @@ import groundkit
 
 READERS = {"r100": "T3", "r50": "T1", "r5": "T0"}
 
+# The same reader resolution and permission predicate as groundkit.search, by calling them.
 VISIBLE_SQL = """
-    exists (select 1
-              from groundkit.objects o
-              join groundkit.tiers ot on ot.name = o.tier_visibility
-              join groundkit.spaces s on s.space_id = o.space_id
-              join groundkit.tiers st on st.name = s.min_tier,
-                   reader r
-             where o.object_id = c.object_id and o.version = c.object_version and o.state = 'live'
-               and r.rank >= ot.rank and r.rank >= st.rank
-               and (not s.private or exists (select 1 from groundkit.space_grants g
-                                              where g.space_id = s.space_id and g.member_sub = r.member_sub))
-               and (not o.owner_only or o.owner_sub = r.member_sub))
+    exists (select 1 from reader r
+             cross join lateral groundkit._visible_chunk(c.chunk_id, r.rank, r.member_sub, null, null) v)
 """
 READER_CTE = """
-    reader as (select a.member_sub, min(t.rank) as rank
-                 from groundkit.reader_authority a join groundkit.tiers t on t.name = a.tier
-                where a.member_sub = %(reader)s and a.status = 'active'
-                group by a.member_sub having count(*) = 1)
+    reader as (select r.member_sub, r.rank from groundkit._reader(%(reader)s) r)
 """
 # Constant fragments only; every value is a bound parameter.
 TS_RANK_CD_SQL = (

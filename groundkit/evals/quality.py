@@ -36,17 +36,13 @@ ALL_ARMS: Final = (*GROUNDKIT_ARMS, *ARMS)
 
 Progress = Callable[[str, int, int], None]
 
-# Postgres's ts_rank_cd over the very same chunk tsvectors, with the same permission predicate
-# as groundkit.search: the naive in-database baseline. Query terms come from
-# groundkit.query_terms and are OR-ed, each quoted as a tsquery lexeme (never parsed as syntax).
+# Postgres's ts_rank_cd over the very same chunk tsvectors, with the same reader resolution and
+# permission predicate as groundkit.search (it calls them): the naive in-database baseline. Query
+# terms come from groundkit.query_terms and are OR-ed, each quoted as a tsquery lexeme (never
+# parsed as syntax).
 TS_RANK_CD_SQL: Final = """
 with reader as (
-    select a.member_sub, min(t.rank) as rank
-      from groundkit.reader_authority a
-      join groundkit.tiers t on t.name = a.tier
-     where a.member_sub = %(reader)s and a.status = 'active'
-     group by a.member_sub
-    having count(*) = 1
+    select r.member_sub, r.rank from groundkit._reader(%(reader)s) r
 ),
 q as (
     select string_agg('''' || replace(replace(t.term, '\\', '\\\\'), '''', '''''') || '''', ' | ')::tsquery as tq
@@ -54,18 +50,11 @@ q as (
 )
 select c.object_id, ts_rank_cd(c.tsv, q.tq) as score
   from groundkit.chunks c
-  join groundkit.objects o on o.object_id = c.object_id and o.version = c.object_version and o.state = 'live'
-  join groundkit.tiers ot on ot.name = o.tier_visibility
-  join groundkit.spaces s on s.space_id = o.space_id
-  join groundkit.tiers st on st.name = s.min_tier
  cross join reader r
  cross join q
+ cross join lateral groundkit._visible_chunk(c.chunk_id, r.rank, r.member_sub, null, null) v
  where q.tq is not null
    and c.tsv @@ q.tq
-   and r.rank >= ot.rank and r.rank >= st.rank
-   and (not s.private or exists (select 1 from groundkit.space_grants g
-                                  where g.space_id = s.space_id and g.member_sub = r.member_sub))
-   and (not o.owner_only or o.owner_sub = r.member_sub)
  order by score desc, c.object_id, c.chunk_seq
  limit %(k)s
 """
