@@ -167,11 +167,12 @@ $$;
 --               list of t is exhausted), from the last impact read;
 --   ub(c)     = lb(c) + bnd of the terms c was not seen under;   ub_unseen = sum of bnd(t).
 -- theta_lb is the k-th largest lb among candidates that pass the live permission predicate.
--- A candidate with ub(c) < theta_lb cannot be in the top k. The rest are scored exactly
--- (primary-key lookups) and checked against the live predicate; their k-th score theta is
--- final once ub_unseen <= theta: no chunk not read yet can beat it. Otherwise the depth grows
--- fourfold, for the essential terms only (MaxScore, below). Nothing caps the depth, so a
--- selective reader still gets k rows when k exist.
+-- A candidate with ub(c) < max(theta_lb, ub_unseen) cannot be in a top k this round can
+-- confirm. The rest (survivors) are scored exactly (primary-key lookups), then checked against
+-- the live predicate best-first; their k-th score theta is final once ub_unseen <= theta: no
+-- chunk not read yet can beat it. Otherwise, or when the survivors are too many to be worth
+-- scoring yet, the depth grows fourfold, for the essential terms only (MaxScore, below).
+-- Nothing caps the depth, so a selective reader still gets k rows when k exist.
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
@@ -205,7 +206,17 @@ declare
     c_ids bigint[];
     c_lb double precision[];
     c_seen double precision[];
+    c_dl integer[];
+    n_read bigint;
+    s_ids bigint[];
+    s_dl integer[];
+    a_ids bigint[];
+    a_scores double precision[];
     ub_unseen double precision;
+    lo integer;
+    step integer;
+    cnt integer;
+    mn double precision;
     theta_lb double precision;
     kth_ub double precision;
     n_vis integer;
@@ -284,7 +295,7 @@ begin
             select x.i, x.term, x.w from unnest(terms, ws) with ordinality as x(term, w, i)
         ),
         p as (
-            select q.i, b.vk, x.chunk_id, x.imp,
+            select q.i, b.vk, x.chunk_id, x.imp, x.doc_len,
                    q.w * x.tf / (x.tf + v_k1 * (1 - v_b + v_b * x.doc_len / v_avgdl)) as s
               from q
              cross join unnest(buckets) as b(vk)
@@ -304,17 +315,19 @@ begin
              group by q.i, q.w
         ),
         cand as (
-            select p.chunk_id, sum(p.s) as lb, sum(b.bnd) as seen_bnd
+            select p.chunk_id, sum(p.s) as lb, sum(b.bnd) as seen_bnd, max(p.doc_len) as dl
               from p join bnd b on b.i = p.i
              group by p.chunk_id
         )
         select (select sum(b.bnd) from bnd b),
                (select array_agg(b.bnd order by b.i) from bnd b),
-               array_agg(c.chunk_id order by c.lb desc),
-               array_agg(c.lb order by c.lb desc),
-               array_agg(c.seen_bnd order by c.lb desc)
-          into ub_unseen, bnds, c_ids, c_lb, c_seen
-          from cand c;
+               (select sum(l.n) from lists l),
+               coalesce(array_agg(c.chunk_id), '{}'), coalesce(array_agg(c.lb), '{}'),
+               coalesce(array_agg(c.seen_bnd), '{}'), coalesce(array_agg(c.dl), '{}')
+          into ub_unseen, bnds, n_read, c_ids, c_lb, c_seen, c_dl
+          -- one sort; the arrays follow it (only speed depends on this order: theta_lb below is
+          -- a lower bound whichever k visible candidates define it)
+          from (select * from cand order by cand.lb desc) c;
 
         -- The final k-th score cannot exceed the k-th largest upper bound of any candidate: while
         -- that is below ub_unseen this depth cannot decide, so read deeper before scoring anything.
@@ -328,16 +341,29 @@ begin
         end if;
 
         -- theta_lb: the k-th best lower bound among candidates the reader may see, checked
-        -- against the live predicate best-first until k pass.
-        select count(*), min(z.lb) into n_vis, theta_lb
-          from (select s.lb
-                  from (select u.id, u.lb from unnest(c_ids, c_lb) with ordinality as u(id, lb, ord)
-                         order by u.ord offset 0) s
-                 where exists (
-                       select 1 from groundkit._visible_chunk(s.id, v_rank, v_member,
-                                                              _search_pruned.content_types,
-                                                              _search_pruned.space_ids))
-                 limit _search_pruned.k) z;
+        -- against the live predicate best-first until k pass, in slices of the sorted arrays
+        -- (a broad reader needs few checks; sorting every candidate again would cost more).
+        n_vis := 0;
+        theta_lb := null;
+        lo := 1;
+        step := 4 * _search_pruned.k;
+        while n_vis < _search_pruned.k and lo <= cardinality(c_ids) loop
+            select count(*), min(z.lb) into cnt, mn
+              from (select s.lb
+                      from (select u.id, u.lb
+                              from unnest(c_ids[lo:lo + step - 1], c_lb[lo:lo + step - 1])
+                                   with ordinality as u(id, lb, ord)
+                             order by u.ord offset 0) s
+                     where exists (
+                           select 1 from groundkit._visible_chunk(s.id, v_rank, v_member,
+                                                                  _search_pruned.content_types,
+                                                                  _search_pruned.space_ids))
+                     limit _search_pruned.k - n_vis) z;
+            n_vis := n_vis + cnt;
+            theta_lb := least(theta_lb, mn);
+            lo := lo + step;
+            step := step * 4;
+        end loop;
 
         if n_vis >= _search_pruned.k then
             theta_h := greatest(theta_h, theta_lb);
@@ -349,29 +375,60 @@ begin
             theta_lb := '-infinity';
         end if;
 
-        -- Score the survivors exactly, under the live predicate.
+        -- The survivors: candidates with ub(c) >= max(theta_lb, ub_unseen). Below theta_lb a
+        -- candidate cannot reach the top k (the k visible candidates that define theta_lb survive
+        -- and score at least theta_lb). Below ub_unseen it cannot either, if this round ends: it
+        -- ends only when the k-th score is >= ub_unseen. In floating point lb + ub_unseen - seen
+        -- can come out an ulp below lb for a chunk seen under every term, and pruning it then
+        -- would be wrong when it ties the threshold: the unseen part is clamped at 0 and the
+        -- threshold has a relative slack of 1e-9.
+        select coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.dl), '{}')
+          into s_ids, s_dl
+          from unnest(c_ids, c_lb, c_seen, c_dl) as u(id, lb, seen, dl)
+         where u.lb + greatest(ub_unseen - u.seen, 0) >= greatest(theta_lb, ub_unseen) * (1 - 1e-9);
+        -- Scoring a survivor costs an index probe per term, reading a posting much less: while
+        -- lists remain and the survivors outnumber a quarter of the postings this round read,
+        -- read deeper instead (the bounds fall, and with them the survivors). Speed only: every
+        -- round may be skipped except the last, when ub_unseen is 0.
+        if ub_unseen > 0 and cardinality(s_ids) > greatest(8 * _search_pruned.k, n_read / 4) then
+            raise debug 'groundkit pruned: depths % survivors % read %: deeper', depths, cardinality(s_ids), n_read;
+            continue;
+        end if;
+
+        -- Their exact scores (primary-key lookups), best first.
+        select coalesce(array_agg(z.id order by z.score desc), '{}'),
+               coalesce(array_agg(z.score order by z.score desc), '{}')
+          into a_ids, a_scores
+          from (select u.id, sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl))) as score
+                  from unnest(s_ids, s_dl) as u(id, dl)
+                 cross join unnest(terms, ws) as q(term, w)
+                 join groundkit.postings pp on pp.term = q.term and pp.chunk_id = u.id
+                 group by u.id) z;
+        -- theta: the k-th score among the survivors the reader may see, the live predicate
+        -- checked best-first until k pass. Then the top k, ties at theta broken by the
+        -- foundation's order (object_id, chunk_seq).
+        select coalesce(min(z.score), '-infinity'), count(*) into theta_lb, n_vis
+          from (select u.score
+                  from (select x.id, x.score from unnest(a_ids, a_scores) with ordinality as x(id, score, ord)
+                         order by x.ord offset 0) u
+                 where exists (
+                       select 1 from groundkit._visible_chunk(u.id, v_rank, v_member,
+                                                              _search_pruned.content_types,
+                                                              _search_pruned.space_ids))
+                 limit _search_pruned.k) z;
+        if n_vis < _search_pruned.k then
+            theta_lb := '-infinity';
+        end if;
         select array_agg(z.id order by z.score desc, z.object_id, z.chunk_seq),
                array_agg(z.score order by z.score desc, z.object_id, z.chunk_seq)
           into r_ids, r_scores
-          from (select sv.id, sv.object_id, sv.chunk_seq, sc.score
-                  from (select u.id, v.object_id, v.chunk_seq, v.doc_len
-                          from unnest(c_ids, c_lb, c_seen) as u(id, lb, seen)
-                         cross join lateral (
-                               select vc.object_id, vc.chunk_seq, vc.doc_len
-                                 from groundkit._visible_chunk(u.id, v_rank, v_member,
-                                                               _search_pruned.content_types,
-                                                               _search_pruned.space_ids) vc
-                               offset 0) v
-                         -- ub(c) = lb(c) + the bnd of the terms c was not seen under. In floating
-                         -- point lb + ub_unseen - seen can come out an ulp below lb for a chunk seen
-                         -- under every term, and pruning it then would be wrong when it ties
-                         -- theta_lb: clamp the unseen part at 0 and keep a relative slack of 1e-9.
-                         where u.lb + greatest(ub_unseen - u.seen, 0) >= theta_lb * (1 - 1e-9)) sv
-                 cross join lateral (
-                       select sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * sv.doc_len / v_avgdl))) as score
-                         from unnest(terms, ws) as q(term, w)
-                         join groundkit.postings pp on pp.term = q.term and pp.chunk_id = sv.id) sc
-                 order by sc.score desc, sv.object_id, sv.chunk_seq
+          from (select u.id, u.score, v.object_id, v.chunk_seq
+                  from unnest(a_ids, a_scores) as u(id, score)
+                 cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member,
+                                                             _search_pruned.content_types,
+                                                             _search_pruned.space_ids) v
+                 where u.score >= theta_lb
+                 order by u.score desc, v.object_id, v.chunk_seq
                  limit _search_pruned.k) z;
 
         exit when ub_unseen <= 0
