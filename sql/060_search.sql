@@ -441,6 +441,7 @@ begin
         end if;
     end loop;
 
+    raise debug 'groundkit pruned: done at depths % with ub_unseen %', depths, ub_unseen;
     return query select u.id, u.score from unnest(r_ids, r_scores) as u(id, score);
 end
 $$;

@@ -15,6 +15,7 @@ Same set and order up to score ties, and k rows whenever k visible chunks match.
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -287,3 +288,38 @@ def test_per_term_depth_multi_term(community: Groundkit) -> None:
                         extra = f", start_depth => {depth}" if depth else ""
                         got = _rows(raw, "_search_pruned", reader, query, k, extra)
                         _assert_same(got, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
+
+
+def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
+    """Both speed rules of _search_pruned are exercised and exact: rounds that skip scoring
+    because the survivors outnumber the postings read (step 7 of docs/bm25.md), and searches
+    that end with lists left unread (ub_unseen > 0). A seeded Zipf-like corpus, as in the
+    benchmark, where the top k of multi-term queries sits deep in several lists."""
+    gk = community
+    rng = random.Random(5)
+    vocab = [f"w{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(260)]
+    weights = [1.0 / (r + 1) for r in range(len(vocab))]
+    for i in range(700):
+        words = rng.choices(vocab, weights, k=rng.randint(8, 40))
+        gk.put_object(f"z{i}", 1, "board_post", "open", "T3" if i % 5 == 0 else "T0", "", " ".join(words))
+    queries = [" ".join(rng.choices(vocab[5:60], k=rng.randint(2, 4))) for _ in range(12)]
+    messages: list[str] = []
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        for reader in ("t0", "t3"):
+            for query in queries:
+                for k in (1, 3, 10):
+                    want = _rows(raw, "_search_exhaustive", reader, query, k)
+                    assert len(want) == k
+                    for depth in (1, 8, None):
+                        extra = f", start_depth => {depth}" if depth else ""
+                        raw.execute("set client_min_messages = debug1")
+                        got = _rows(raw, "_search_pruned", reader, query, k, extra)
+                        raw.execute("reset client_min_messages")
+                        _assert_same(got, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
+    skipped = [m for m in messages if "survivors" in m and m.endswith("deeper")]
+    done = [m for m in messages if m.startswith("groundkit pruned: done at")]
+    early = [m for m in done if not m.endswith("with ub_unseen 0")]
+    assert skipped, "no round skipped scoring"
+    assert early, "no search ended with lists left unread"
+    assert len(done) == 2 * len(queries) * 3 * 3

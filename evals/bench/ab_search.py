@@ -1,0 +1,118 @@
+"""Paired A/B latency: groundkit._search_pruned now vs as it was at a git revision.
+
+    python evals/bench/bench_search.py --dsn URL --chunks 100000 --keep     # builds gk_bench_100000
+    python evals/bench/ab_search.py --dsn URL --chunks 100000 --baseline-rev df1bfcf
+
+On one kept benchmark database (same corpus, same queries as bench_search.py regenerates them),
+this migrates the working tree's SQL, installs ``_search_pruned`` as written in
+sql/060_search.sql at the baseline revision under the name ``groundkit._search_pruned_ab``,
+and runs every query through both back to back, alternating which goes first, so that load on
+the machine hits both alike. It prints p50/p95/mean per reader, the ratio of the means, and how
+many queries returned different scores (the two must agree: both are exact). The baseline
+function is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_search import READERS, log, pct
+from corpus import Corpus, Obj
+
+import groundkit
+
+ROOT = Path(__file__).resolve().parents[2]
+AB_NAME = "_search_pruned_ab"
+
+
+def baseline_function(rev: str) -> str:
+    """The CREATE FUNCTION text of _search_pruned at ``rev``, renamed to AB_NAME."""
+    text = subprocess.run(["git", "show", f"{rev}:sql/060_search.sql"], cwd=ROOT, check=True,
+                          capture_output=True, text=True).stdout
+    start = text.index("create or replace function groundkit._search_pruned(")
+    end = text.index("\n$$;\n", start) + len("\n$$;\n")
+    return text[start:end].replace("_search_pruned", AB_NAME)
+
+
+def bench_queries(n_chunks: int, n_queries: int, seed: int) -> list[str]:
+    """The queries bench_search.py ran on the database it built for n_chunks."""
+    sample: list[Obj] = []
+    fed = 0
+    for obj in Corpus(seed=seed).objects(n_chunks):
+        if len(sample) < 5000 and int(obj.object_id.rsplit("-", 1)[1]) % 97 == 0:
+            sample.append(obj)
+        fed += len(obj.paragraphs)
+        if fed >= n_chunks:
+            break
+    return Corpus(seed=seed).queries(n_queries, sample)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=150)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--warm-up", type=int, default=30)
+    ap.add_argument("--baseline-rev", required=True, help="git revision whose _search_pruned is the baseline")
+    args = ap.parse_args(argv)
+
+    dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
+    groundkit.migrate(dsn)
+    queries = bench_queries(args.chunks, args.queries, args.seed)
+    arms: dict[str, sql.Composed | sql.SQL] = {
+        "baseline": sql.SQL("select chunk_id, score from groundkit.{}(%s, %s, %s)").format(sql.Identifier(AB_NAME)),
+        "now": sql.SQL("select chunk_id, score from groundkit._search_pruned(%s, %s, %s)"),
+    }
+    out = sys.stdout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(baseline_function(args.baseline_rev))  # our own SQL file at that revision
+        try:
+            for q in queries[: args.warm_up]:
+                for stmt in arms.values():
+                    conn.execute(stmt, ("r100", q, args.k)).fetchall()
+            out.write(f"\n{len(queries)} queries, k = {args.k}, database gk_bench_{args.chunks}, "
+                      f"baseline {args.baseline_rev}\n\n")
+            out.write("| reader | baseline p50 / p95 / mean ms | now p50 / p95 / mean ms | baseline / now (mean) "
+                      "| p95 ratio | queries with different scores |\n|---|---|---|---|---|---|\n")
+            for reader in READERS:
+                lat: dict[str, list[float]] = {a: [] for a in arms}
+                res: dict[str, list[list[Any]]] = {a: [] for a in arms}
+                for i, q in enumerate(queries):
+                    order = list(arms) if i % 2 == 0 else list(arms)[::-1]
+                    for a in order:
+                        t0 = time.perf_counter()
+                        rows = conn.execute(arms[a], (reader, q, args.k)).fetchall()
+                        lat[a].append(1000 * (time.perf_counter() - t0))
+                        res[a].append([float(r[1]) for r in rows])
+                    log(f"  {reader}: {i + 1}/{len(queries)}")
+                differ = sum(
+                    1 for x, y in zip(res["baseline"], res["now"], strict=True)
+                    if len(x) != len(y) or any(abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(x, y, strict=True))
+                )
+                b, n = lat["baseline"], lat["now"]
+                out.write(f"| {reader} | {pct(b, 50):.1f} / {pct(b, 95):.1f} / {statistics.mean(b):.1f} "
+                          f"| {pct(n, 50):.1f} / {pct(n, 95):.1f} / {statistics.mean(n):.1f} "
+                          f"| {statistics.mean(b) / statistics.mean(n):.2f}x | {pct(b, 95) / pct(n, 95):.2f}x "
+                          f"| {differ} |\n")
+                out.flush()
+        finally:
+            conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(AB_NAME)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
