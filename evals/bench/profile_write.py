@@ -60,6 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             batch = [dict(o.as_json(), object_id=tag + o.object_id) for o in objs]
             conn.execute("select count(*) from groundkit.put_objects(%s)", (Jsonb(batch),))
         wall = time.perf_counter() - t0
+        conn.execute("select set_config('auto_explain.log_min_duration', '-1', false)")
         chunks = conn.execute("select count(*) from groundkit.chunks where object_id like %s",
                               (tag + "%",)).fetchone()
         postings = conn.execute(
