@@ -28,7 +28,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search import READERS, log, pct
+from bench_search import READERS, log, pct, sample_for_queries
 from corpus import Corpus, Obj
 
 import groundkit
@@ -51,8 +51,7 @@ def bench_queries(n_chunks: int, n_queries: int, seed: int) -> list[str]:
     sample: list[Obj] = []
     fed = 0
     for obj in Corpus(seed=seed).objects(n_chunks):
-        if len(sample) < 5000 and int(obj.object_id.rsplit("-", 1)[1]) % 97 == 0:
-            sample.append(obj)
+        sample_for_queries(obj, sample)
         fed += len(obj.paragraphs)
         if fed >= n_chunks:
             break

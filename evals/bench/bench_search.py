@@ -69,6 +69,13 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def sample_for_queries(obj: Obj, sample: list[Obj]) -> None:
+    """Queries are drawn from every 97th object loaded (at most 5,000): the rule ab_search.py
+    replays to regenerate the same queries."""
+    if len(sample) < 5000 and int(obj.object_id.rsplit("-", 1)[1]) % 97 == 0:
+        sample.append(obj)
+
+
 def pct(xs: Sequence[float], p: float) -> float:
     if not xs:
         return float("nan")
@@ -196,8 +203,7 @@ def bulk_load(dsn: str, corpus: Corpus, n_chunks: int, batch_chunks: int, loader
         in_batch = 0
         fed = 0
         for obj in objs:
-            if len(sample) < 5000 and int(obj.object_id.rsplit("-", 1)[1]) % 97 == 0:
-                sample.append(obj)
+            sample_for_queries(obj, sample)
             batch.append(obj.as_json())
             in_batch += len(obj.paragraphs)
             fed += len(obj.paragraphs)
@@ -212,27 +218,22 @@ def bulk_load(dsn: str, corpus: Corpus, n_chunks: int, batch_chunks: int, loader
     objs = corpus.objects(n_chunks)
     # Calibrate the impact reference length on the first tenth (docs/bm25.md), then load the rest.
     first = min(20_000, max(1, n_chunks // 10))
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
-    for t in threads:
-        t.start()
-    feed(objs, first)
-    for _ in threads:
-        work.put(None)
-    for t in threads:
-        t.join()
-    t_first = time.perf_counter() - t0
+
+    def phase(limit: int | None) -> float:
+        t0 = time.perf_counter()
+        threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
+        for t in threads:
+            t.start()
+        feed(objs, limit)
+        for _ in threads:
+            work.put(None)
+        for t in threads:
+            t.join()
+        return time.perf_counter() - t0
+
+    t_first = phase(first)
     reindex_s, _ = timed(lambda: conns[0].execute("select groundkit.reindex_impacts()"))
-    t1 = time.perf_counter()
-    threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
-    for t in threads:
-        t.start()
-    feed(objs, None)
-    for _ in threads:
-        work.put(None)
-    for t in threads:
-        t.join()
-    load_s = t_first + time.perf_counter() - t1
+    load_s = t_first + phase(None)
     for c in conns:
         c.close()
     if errors:
