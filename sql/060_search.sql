@@ -172,7 +172,8 @@ $$;
 -- the live predicate best-first; their k-th score theta is final once ub_unseen <= theta: no
 -- chunk not read yet can beat it. Otherwise, or when the survivors are too many to be worth
 -- scoring yet, the depth grows fourfold, for the essential terms only (MaxScore, below).
--- Nothing caps the depth, so a selective reader still gets k rows when k exist.
+-- Nothing caps the depth, so a selective reader still gets k rows when k exist. Queries whose
+-- lists are short, or of which no list dominates, are scanned whole instead (one aggregate).
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
@@ -197,6 +198,7 @@ declare
     ip groundkit.bm25_impact;
     terms text[];
     ws double precision[];
+    dfs double precision[];
     buckets bigint[];
     mult double precision;
     depths integer[];
@@ -243,8 +245,9 @@ begin
       from groundkit.scope_stats s where s.scope <= v_rank;
     v_avgdl := case when v_n > 0 and v_total > 0 then v_total / v_n else 1 end;
     select array_agg(q.term order by q.term),
-           array_agg(q.qtf * ln(1 + (greatest(v_n - q.df, 0) + 0.5) / (q.df + 0.5)) order by q.term)
-      into terms, ws
+           array_agg(q.qtf * ln(1 + (greatest(v_n - q.df, 0) + 0.5) / (q.df + 0.5)) order by q.term),
+           array_agg(q.df order by q.term)
+      into terms, ws, dfs
       from (select q.term, q.qtf,
                    coalesce((select sum(ts.df) from groundkit.term_stats ts
                               where ts.term = q.term and ts.scope <= v_rank), 0)::double precision as df
@@ -260,10 +263,56 @@ begin
          where g.member_sub = v_member and s.private
         union
         select groundkit._vis_key(true, v_member, false, null, null));
+    -- Scan instead of pruning when the reader's lists are short (at most 20,000 postings of
+    -- shared content), or when the query has four or more terms and no list dominates (the
+    -- others hold at least half as many postings as the longest): then one aggregate over every
+    -- posting in the reader's buckets was faster than the rounds below, whose bound is a sum over
+    -- terms (docs/bm25.md, measured). Speed only: the scan is exact too. start_depth 0 forces
+    -- the scan, a positive start_depth the rounds (tests).
+    if coalesce(_search_pruned.start_depth = 0,
+                (select sum(d) <= 20000 or (count(*) >= 4 and sum(d) >= 1.5 * max(d))
+                   from unnest(dfs) as d)) then
+        raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
+        return query
+        with q as (
+            select x.term, x.w from unnest(terms, ws) as x(term, w)
+        ),
+        scored as materialized (
+            select p.chunk_id, sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as score
+              from q
+              join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets)
+             group by p.chunk_id
+        ),
+        -- theta: the k-th score among chunks the reader may see, checked best-first
+        top as (
+            select s.score
+              from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+             where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
+                                                                  _search_pruned.content_types,
+                                                                  _search_pruned.space_ids))
+             limit _search_pruned.k
+        ),
+        theta as (
+            select case when count(*) < _search_pruned.k then '-infinity'::double precision
+                        else min(t.score) end as t
+              from top t
+        )
+        select s.chunk_id, s.score
+          from scored s
+         cross join theta
+         cross join lateral groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
+                                                     _search_pruned.content_types,
+                                                     _search_pruned.space_ids) v
+         where s.score >= theta.t
+         order by s.score desc, v.object_id, v.chunk_seq
+         limit _search_pruned.k;
+        return;
+    end if;
+
     -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
     -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
     mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
-    -- start_depth is for tests: 1 forces many rounds on a small corpus.
+    -- start_depth is for tests: 1 forces many rounds on a small corpus, 0 the scan above.
     depths := array_fill(greatest(1, coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))),
                          array[cardinality(terms)]);
 

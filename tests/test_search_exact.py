@@ -4,7 +4,8 @@ Random corpora, tiers, private spaces, owner-only notes, policy changes, deletes
 every reader, selective ones included. Three answers are compared:
 
 - ``groundkit._search_pruned`` forced to start one posting deep, so it goes through many
-  rounds of pruning and deepening even on a small corpus;
+  rounds of pruning and deepening even on a small corpus, and forced to scan (start_depth 0);
+  without start_depth it chooses (on these small corpora: the scan);
 - ``groundkit._search_exhaustive``, the one-aggregate scorer over every posting;
 - a brute force written here in Python from the raw tables (visibility, statistics scopes and
   the Lucene formula re-implemented, with only the analyzer shared).
@@ -225,8 +226,8 @@ def test_pruned_topk_is_exact(server_db: tuple[str, str], world: dict[str, Any])
                         want = _brute_force(raw, reader, query, k)
                         exhaustive = _rows(raw, "_search_exhaustive", reader, query, k)
                         _assert_same(exhaustive, want, f"exhaustive {reader!r} {query!r} k={k}")
-                        for depth in (1, 3, None):
-                            extra = f", start_depth => {depth}" if depth else ""
+                        for depth in (1, 3, 0, None):
+                            extra = f", start_depth => {depth}" if depth is not None else ""
                             pruned = _rows(raw, "_search_pruned", reader, query, k, extra)
                             _assert_same(pruned, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
                         hits = gk.search(reader, query, k=k)
@@ -245,8 +246,8 @@ def test_selective_reader_gets_k_rows(community: Groundkit) -> None:
     for i in range(12):
         gk.put_object(f"open{i}", 1, "board_post", "open", "T0", "notes", "granite and a lot of other words " * 3)
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
-        for depth in (1, 2, None):
-            extra = f", start_depth => {depth}" if depth else ""
+        for depth in (1, 2, 0, None):
+            extra = f", start_depth => {depth}" if depth is not None else ""
             rows = _rows(raw, "_search_pruned", "t0", "granite", 10, extra)
             assert len(rows) == 10
             assert {o for o, _s, _sc in rows} <= {f"open{i}" for i in range(12)}
@@ -284,8 +285,8 @@ def test_per_term_depth_multi_term(community: Groundkit) -> None:
                 for k in (1, 5, 10, 40):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
                     assert len(want) == k
-                    for depth in (1, 2, 5, None):
-                        extra = f", start_depth => {depth}" if depth else ""
+                    for depth in (1, 2, 5, 0, None):
+                        extra = f", start_depth => {depth}" if depth is not None else ""
                         got = _rows(raw, "_search_pruned", reader, query, k, extra)
                         _assert_same(got, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
 
@@ -311,8 +312,8 @@ def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
                 for k in (1, 3, 10):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
                     assert len(want) == k
-                    for depth in (1, 8, None):
-                        extra = f", start_depth => {depth}" if depth else ""
+                    for depth in (1, 8, 0, None):
+                        extra = f", start_depth => {depth}" if depth is not None else ""
                         raw.execute("set client_min_messages = debug1")
                         got = _rows(raw, "_search_pruned", reader, query, k, extra)
                         raw.execute("reset client_min_messages")
@@ -322,4 +323,8 @@ def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
     early = [m for m in done if not m.endswith("with ub_unseen 0")]
     assert skipped, "no round skipped scoring"
     assert early, "no search ended with lists left unread"
-    assert len(done) == 2 * len(queries) * 3 * 3
+    # depths 1 and 8 go through the rounds; 0 scans, and so does the automatic choice here,
+    # where every query's lists are short (at most 20,000 postings)
+    scans = [m for m in messages if m.startswith("groundkit pruned: scan of")]
+    assert len(done) == 2 * len(queries) * 3 * 2
+    assert len(scans) == 2 * len(queries) * 3 * 2
