@@ -173,7 +173,8 @@ $$;
 -- chunk not read yet can beat it. Otherwise, or when the survivors are too many to be worth
 -- scoring yet, the depth grows fourfold, for the essential terms only (MaxScore, below).
 -- Nothing caps the depth, so a selective reader still gets k rows when k exist. Queries whose
--- lists are short, or of which no list dominates, are scanned whole instead (one aggregate).
+-- lists are short, or of four or more terms none of whose lists dominates, are scanned whole
+-- instead (one aggregate, below).
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
