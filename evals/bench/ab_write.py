@@ -31,12 +31,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import Corpus, Obj
+from corpus import PUT_OBJECT_SQL, Corpus, Obj
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = ["sql/040_index.sql", "sql/055_bulk.sql"]
-PUT = ("select groundkit.put_object(object_id => %s, version => 1, content_type => %s, space_id => %s,"
-       " tier_visibility => %s, title => %s, body => %s, owner_sub => %s, owner_only => %s)")
 
 
 def write(conn: psycopg.Connection[Any], objs: list[Obj], single: bool) -> tuple[float, int]:
@@ -44,8 +42,7 @@ def write(conn: psycopg.Connection[Any], objs: list[Obj], single: bool) -> tuple
     t0 = time.perf_counter()
     if single:
         for o in objs:
-            conn.execute(PUT, (tag + o.object_id, o.content_type, o.space_id, o.tier, o.title, o.body,
-                               o.owner_sub, o.owner_only))
+            conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=tag + o.object_id))
     else:
         conn.execute("select count(*) from groundkit.put_objects(%s)",
                      (Jsonb([dict(o.as_json(), object_id=tag + o.object_id) for o in objs]),))

@@ -38,7 +38,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import CHUNK_CHARS, CHUNK_OVERLAP, N_OWNERS, N_PRIVATE, Corpus, Obj
+from corpus import CHUNK_CHARS, CHUNK_OVERLAP, N_OWNERS, N_PRIVATE, PUT_OBJECT_SQL, Corpus, Obj
 
 import groundkit
 
@@ -248,12 +248,7 @@ def single_ingest(dsn: str, corpus: Corpus, n_chunks: int, prefix: str) -> dict[
     with psycopg.connect(dsn, autocommit=True) as conn:
         t0 = time.perf_counter()
         for o in objs:
-            conn.execute(
-                "select groundkit.put_object(object_id => %s, version => 1, content_type => %s, space_id => %s,"
-                " tier_visibility => %s, title => %s, body => %s, owner_sub => %s, owner_only => %s)",
-                (prefix + o.object_id, o.content_type, o.space_id, o.tier, o.title, o.body, o.owner_sub,
-                 o.owner_only),
-            )
+            conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=prefix + o.object_id))
             chunks += len(o.paragraphs)
         dt = time.perf_counter() - t0
     return {"objects": len(objs), "chunks": chunks, "s": dt, "chunks_per_s": chunks / dt,
@@ -273,13 +268,7 @@ def concurrent_ingest(dsn: str, corpus: Corpus, writers: int, seconds: float, ta
                 i = w
                 while not stop.is_set() and i < len(objs):
                     o = objs[i]
-                    conn.execute(
-                        "select groundkit.put_object(object_id => %s, version => 1, content_type => %s,"
-                        " space_id => %s, tier_visibility => %s, title => %s, body => %s, owner_sub => %s,"
-                        " owner_only => %s)",
-                        (f"{tag}-{o.object_id}", o.content_type, o.space_id, o.tier, o.title, o.body,
-                         o.owner_sub, o.owner_only),
-                    )
+                    conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=f"{tag}-{o.object_id}"))
                     counts[w] += 1
                     chunk_counts[w] += len(o.paragraphs)
                     i += writers

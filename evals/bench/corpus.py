@@ -61,6 +61,15 @@ def make_vocab(size: int, seed: int) -> list[str]:
     return out
 
 
+# The benchmark scripts' one-object write: put_object with its named parameters, bound to
+# Obj.as_json() (whose keys are exactly those names).
+PUT_OBJECT_SQL = (
+    "select groundkit.put_object(object_id => %(object_id)s, version => %(version)s,"
+    " content_type => %(content_type)s, space_id => %(space_id)s, tier_visibility => %(tier_visibility)s,"
+    " title => %(title)s, body => %(body)s, owner_sub => %(owner_sub)s, owner_only => %(owner_only)s)"
+)
+
+
 @dataclass
 class Obj:
     object_id: str

@@ -25,7 +25,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import Corpus
+from corpus import PUT_OBJECT_SQL, Corpus
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,11 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         t0 = time.perf_counter()
         if args.single:
             for o in objs:
-                conn.execute(
-                    "select groundkit.put_object(object_id => %s, version => 1, content_type => %s, space_id => %s,"
-                    " tier_visibility => %s, title => %s, body => %s, owner_sub => %s, owner_only => %s)",
-                    (tag + o.object_id, o.content_type, o.space_id, o.tier, o.title, o.body, o.owner_sub,
-                     o.owner_only))
+                conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=tag + o.object_id))
         else:
             batch = [dict(o.as_json(), object_id=tag + o.object_id) for o in objs]
             conn.execute("select count(*) from groundkit.put_objects(%s)", (Jsonb(batch),))
