@@ -328,3 +328,38 @@ def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
     scans = [m for m in messages if m.startswith("groundkit pruned: scan of")]
     assert len(done) == 2 * len(queries) * 3 * 2
     assert len(scans) == 2 * len(queries) * 3 * 2
+
+
+def test_automatic_choice_between_rounds_and_scan(community: Groundkit) -> None:
+    """Without start_depth, _search_pruned runs the pruned rounds when one list dominates a
+    query over more than 20,000 postings, and scans when four or more terms have lists of
+    similar length (docs/bm25.md, "Scan or prune"); both answers equal the exhaustive path."""
+    from groundkit.models import ContentObject
+
+    gk = community
+    n = 20_500  # 'granite' in every object: one list longer than 20,000 postings
+    objs = [
+        ContentObject(object_id=f"g{i}", version=1, content_type="board_post", space_id="open",
+                      tier_visibility="T0", title="",
+                      body="granite " * (1 + i % 4) + "filler " * (i % 13)
+                      + " ".join(w for j, w in enumerate(("basalt", "quartz", "slate")) if i % 3 == j))
+        for i in range(n)
+    ]
+    for start in range(0, n, 2500):
+        gk.put_objects(objs[start:start + 2500])
+    messages: list[str] = []
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        for query, strategy in [("granite", "rounds"), ("granite basalt", "rounds"),
+                                ("granite basalt quartz slate", "scan")]:
+            for reader in ("t0", "t3"):
+                want = _rows(raw, "_search_exhaustive", reader, query, 10)
+                assert len(want) == 10
+                messages.clear()
+                raw.execute("set client_min_messages = debug1")
+                got = _rows(raw, "_search_pruned", reader, query, 10)
+                raw.execute("reset client_min_messages")
+                _assert_same(got, want, f"auto {reader!r} {query!r}")
+                scanned = any(m.startswith("groundkit pruned: scan of") for m in messages)
+                rounds = any(m.startswith("groundkit pruned: done at") for m in messages)
+                assert (scanned, rounds) == (strategy == "scan", strategy == "rounds"), (query, messages)
