@@ -157,11 +157,22 @@ begin
 end
 $$;
 
--- Exact top-k BM25 that reads postings best-first (docs/bm25.md).
+-- The signature before the strategy argument (an overload would make calls ambiguous).
+drop function if exists groundkit._search_pruned(text, text, integer, text[], text[], integer);
+
+-- Exact top-k BM25 over the reader's postings lists, by one of three exact strategies
+-- (docs/bm25.md, "Three strategies"): the scan, the threshold rounds, the pruned rounds.
 --
--- Each (term, visibility bucket) postings list is read in impact order (postings_impact_idx),
--- depths[t] postings deep (per term), only from the buckets the reader may hold. After each
--- round:
+-- Threshold rounds (queries of two or more terms whose lists are long). For a guess g of the
+-- final k-th score, a chunk scoring at least g that contains term t has, in t's list, an impact
+-- of at least cut_t(g) (the other terms add at most their maxima). Some terms whose maxima sum
+-- below g are probed (primary-key lookups) for the candidates the others' ranges give; the
+-- rest are read down to their cuts. Every chunk scoring >= g is then found with its exact
+-- score. Too few visible ones: the guess was too high; lower it and go again.
+--
+-- Pruned rounds (one term). Each (term, visibility bucket) postings list is read in impact
+-- order (postings_impact_idx), depths[t] postings deep (per term), only from the buckets the
+-- reader may hold. After each round:
 --   lb(c)     = the exact contributions of the terms c was seen under;
 --   bnd(t)    = a bound on the contribution of any posting of t not read yet (0 once every
 --               list of t is exhausted), from the last impact read;
@@ -172,16 +183,20 @@ $$;
 -- the live predicate best-first; their k-th score theta is final once ub_unseen <= theta: no
 -- chunk not read yet can beat it. Otherwise, or when the survivors are too many to be worth
 -- scoring yet, the depth grows fourfold, for the essential terms only (MaxScore, below).
--- Nothing caps the depth, so a selective reader still gets k rows when k exist. Queries whose
--- lists are short, or of four or more terms none of whose lists dominates, are scanned whole
--- instead (one aggregate, below).
+--
+-- Nothing caps any depth, so a selective reader still gets k rows when k exist. Queries whose
+-- lists are short are scanned whole instead (one aggregate, below). strategy (tests and
+-- benchmarks) forces one: 'scan', 'threshold' or 'rounds'. Without it, start_depth 0 forces the
+-- scan and a positive start_depth the pruned rounds, starting that deep; with 'threshold' it is
+-- how deep the first lower bound reads (0: none).
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
     k integer default 10,
     content_types text[] default null,
     space_ids text[] default null,
-    start_depth integer default null)
+    start_depth integer default null,
+    strategy text default null)
 returns table (chunk_id bigint, score double precision)
 language plpgsql stable
 rows 10
@@ -225,8 +240,43 @@ declare
     n_vis integer;
     r_ids bigint[];
     r_scores double precision[];
+    v_strategy text;
+    -- threshold rounds
+    t_terms text[];
+    t_ws double precision[];
+    t_maxcs double precision[];
+    t_dfs double precision[];
+    nt integer;
+    tot double precision;
+    full_n double precision;
+    x_lb double precision;
+    guess double precision;
+    thr_g double precision;
+    thr_f double precision;
+    final boolean;
+    done boolean;
+    cuts double precision[];
+    ns double precision[];
+    n_one bigint;
+    probe boolean[];
+    best_probe boolean[];
+    cost double precision;
+    best_cost double precision;
+    n_probe integer;
+    p_max double precision;
+    best_p_max double precision;
+    n_left double precision;
+    rest double precision;
+    j integer;
+    c_known double precision[];
+    theta double precision;
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
+    if _search_pruned.strategy is not null
+       and _search_pruned.strategy not in ('scan', 'threshold', 'rounds') then
+        raise exception 'strategy must be scan, threshold or rounds (got %)', quote_literal(_search_pruned.strategy)
+            using errcode = 'GK005';
+    end if;
     -- fail closed: no reader row, no results
     select r.member_sub, r.rank into v_member, v_rank from groundkit._reader(_search_pruned.reader_sub) r;
     if v_member is null then
@@ -264,15 +314,239 @@ begin
          where g.member_sub = v_member and s.private
         union
         select groundkit._vis_key(true, v_member, false, null, null));
-    -- Scan instead of pruning when the reader's lists are short (at most 20,000 postings of
-    -- shared content), or when the query has four or more terms and no list dominates (the
-    -- others hold at least half as many postings as the longest): then one aggregate over every
-    -- posting in the reader's buckets was faster than the rounds below, whose bound is a sum over
-    -- terms (docs/bm25.md, measured). Speed only: the scan is exact too. start_depth 0 forces
-    -- the scan, a positive start_depth the rounds (tests).
-    if coalesce(_search_pruned.start_depth = 0,
-                (select sum(d) <= 20000 or (count(*) >= 4 and sum(d) >= 1.5 * max(d))
-                   from unnest(dfs) as d)) then
+    -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
+    -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
+    mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
+
+    -- Which strategy (speed only: all three are exact). The scan when the reader's lists are
+    -- short (at most 20,000 postings of shared content): one aggregate over them costs less than
+    -- any bookkeeping. One term: the pruned rounds (k postings deep is usually enough). Otherwise
+    -- the threshold rounds (docs/bm25.md, measured).
+    v_strategy := coalesce(
+        _search_pruned.strategy,
+        case when _search_pruned.start_depth = 0 then 'scan'
+             when _search_pruned.start_depth > 0 then 'rounds' end,
+        case when (select sum(d) from unnest(dfs) as d) <= 20000 then 'scan'
+             when cardinality(terms) = 1 then 'rounds'
+             else 'threshold' end);
+
+    if v_strategy = 'threshold' then
+        <<threshold>>
+        begin
+        -- The terms by their largest possible contribution to a chunk the reader may see (the
+        -- top impact of each of the reader's lists), smallest first.
+        select array_agg(x.term order by x.maxc, x.term), array_agg(x.w order by x.maxc, x.term),
+               array_agg(x.maxc order by x.maxc, x.term), array_agg(x.df order by x.maxc, x.term)
+          into t_terms, t_ws, t_maxcs, t_dfs
+          from (select u.term, u.w, u.df,
+                       u.w * least(1.0, coalesce(
+                           (select max(top.imp)
+                              from unnest(buckets) as b(vk)
+                             cross join lateral (
+                                   select p.imp from groundkit.postings p
+                                    where p.term = u.term and p.vis_key = b.vk
+                                    order by p.imp desc
+                                    limit 1) top), 0) * mult) as maxc
+                  from unnest(terms, ws, dfs) as u(term, w, df)) x;
+        nt := cardinality(t_terms);
+        tot := (select sum(x) from unnest(t_maxcs) as x);
+        full_n := (select sum(x) from unnest(t_dfs) as x);
+
+        -- x_lb: a lower bound on the final k-th score, from real chunks: the best by their
+        -- partial sums among the top postings of every list (start_depth deep, for tests; 0
+        -- reads none), scored exactly, checked against the live predicate best-first (the k-th
+        -- visible score, or -infinity).
+        with q as (
+            select x.term, x.w from unnest(t_terms, t_ws) as x(term, w)
+        ),
+        p as (
+            select x.chunk_id, x.doc_len,
+                   q.w * x.tf / (x.tf + v_k1 * (1 - v_b + v_b * x.doc_len / v_avgdl)) as s
+              from q
+             cross join unnest(buckets) as b(vk)
+             cross join lateral (
+                   select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
+                    where p.term = q.term and p.vis_key = b.vk
+                    order by p.imp desc
+                    limit coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))) x
+        ),
+        cand as (
+            select p.chunk_id, max(p.doc_len) as dl from p group by p.chunk_id
+             order by sum(p.s) desc limit 4 * _search_pruned.k
+        ),
+        scored as (
+            select c.chunk_id,
+                   sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * c.dl / v_avgdl))) as score
+              from cand c
+             cross join q
+              join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
+             group by c.chunk_id
+        )
+        select case when count(*) >= _search_pruned.k then min(z.score) else '-infinity' end into x_lb
+          from (select s.score
+                  from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+                 where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
+                                                                      _search_pruned.content_types,
+                                                                      _search_pruned.space_ids))
+                 limit _search_pruned.k) z;
+
+        guess := greatest(x_lb, 0.9 * tot);
+        final := guess <= x_lb;
+        loop
+            <<plan>>
+            loop
+                thr_g := guess * (1 - 1e-9);
+                -- cuts[t]: the least impact a chunk scoring >= guess can have in t's list
+                select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
+                  into cuts
+                  from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
+                -- ns[t]: how many postings that range holds (counted up to 4,000; beyond, an estimate)
+                ns := array_fill(0::double precision, array[nt]);
+                for j in 1 .. nt loop
+                    if cuts[j] <= 0 then
+                        ns[j] := t_dfs[j];
+                    else
+                        select count(*) into n_one
+                          from (select 1 from groundkit.postings p
+                                 where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
+                                 limit 4000) x;
+                        ns[j] := case when n_one < 4000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
+                    end if;
+                end loop;
+                -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
+                -- below the guess (then every chunk reaching it holds a term that is read); of
+                -- those sets, the one of least estimated cost (a posting read ~0.8 us, a probe
+                -- ~5 us per candidate and probed term).
+                probe := array_fill(false, array[nt]);
+                best_probe := probe;
+                p_max := 0;
+                best_p_max := 0;
+                n_probe := 0;
+                n_left := (select sum(x) from unnest(ns) as x);
+                best_cost := 0.8 * n_left;
+                for j in select x.i from unnest(ns) with ordinality as x(n, i) order by x.n desc, x.i loop
+                    if p_max + t_maxcs[j] < thr_g then
+                        probe[j] := true;
+                        p_max := p_max + t_maxcs[j];
+                        n_probe := n_probe + 1;
+                        n_left := n_left - ns[j];
+                        cost := 0.8 * n_left + 5 * n_probe * n_left;
+                        if cost < best_cost then
+                            best_cost := cost;
+                            best_probe := probe;
+                            best_p_max := p_max;
+                        end if;
+                    end if;
+                end loop;
+                probe := best_probe;
+                p_max := best_p_max;
+                n_left := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+                -- A round that reads half of everything costs about what a round at x_lb costs,
+                -- and that one cannot fail: commit to it.
+                exit plan when final or n_left < 0.5 * full_n;
+                final := true;
+                guess := x_lb;
+                if guess = '-infinity' then
+                    exit threshold;  -- no lower bound: the scan
+                end if;
+            end loop;
+
+            -- Read the ranges of the terms not probed, keep the candidates that can still reach
+            -- thr_f (<= thr_g: the others' values give the next guess a lower bound if this one
+            -- fails), then probe the probed terms for them, largest maximum first.
+            thr_f := case when final then thr_g else greatest(x_lb, 0.8 * guess) * (1 - 1e-9) end;
+            with q as (
+                select x.term, x.w, x.cut
+                  from unnest(t_terms, t_ws, cuts, probe) as x(term, w, cut, pr)
+                 where not x.pr
+            ),
+            cand as (
+                select p.chunk_id,
+                       sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
+                       max(p.doc_len) as dl
+                  from q
+                  join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
+                 group by p.chunk_id
+            )
+            select coalesce(array_agg(c.chunk_id), '{}'), coalesce(array_agg(c.known), '{}'),
+                   coalesce(array_agg(c.dl), '{}')
+              into c_ids, c_known, c_dl
+              from cand c
+             where c.known + p_max >= thr_f;
+            raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
+                guess, final, cuts, ns, probe, cardinality(c_ids);
+            rest := p_max;
+            for j in select x.i from unnest(t_maxcs, probe) with ordinality as x(mc, pr, i)
+                      where x.pr order by x.mc desc, x.i loop
+                exit when cardinality(c_ids) = 0;
+                rest := rest - t_maxcs[j];
+                select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
+                       coalesce(array_agg(z.dl), '{}')
+                  into c_ids, c_known, c_dl
+                  from (select u.id, u.dl,
+                               u.known + coalesce(t_ws[j] * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl)), 0) as known
+                          from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
+                          left join lateral (select p1.tf from groundkit.postings p1
+                                              where p1.term = t_terms[j] and p1.chunk_id = u.id) pp on true) z
+                 where z.known + rest >= thr_f;
+            end loop;
+
+            -- theta: the k-th score among the kept candidates the reader may see, best-first.
+            -- Every chunk scoring at least the guess is kept with its exact score; the others'
+            -- values are lower bounds of theirs.
+            select coalesce(min(z.score), '-infinity'), count(*) into theta, n_vis
+              from (select s.score
+                      from (select u.id, u.score from unnest(c_ids, c_known) as u(id, score)
+                             order by u.score desc offset 0) s
+                     where exists (select 1 from groundkit._visible_chunk(s.id, v_rank, v_member,
+                                                                          _search_pruned.content_types,
+                                                                          _search_pruned.space_ids))
+                     limit _search_pruned.k) z;
+            -- Done when this round is complete at level theta: the probed terms' maxima sum
+            -- below it, the filter kept everything reaching it, and no list read to a cut has a
+            -- posting between the impact theta needs and the cut (then a chunk scoring >= theta
+            -- was read wherever it was needed). Always so in the final round (guess = x_lb).
+            done := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f
+                    and not exists (
+                        select 1
+                          from unnest(t_terms, t_ws, t_maxcs, cuts, probe) as x(term, w, mc, cut, pr)
+                         where not x.pr and x.cut > 0
+                           and exists (select 1 from groundkit.postings p
+                                        where p.term = x.term and p.vis_key = any (buckets)
+                                          and p.imp < x.cut
+                                          and p.imp >= (theta * (1 - 1e-9) - (tot - x.mc)) / (x.w * mult)));
+            raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
+            if done then
+                return query
+                select u.id, u.score
+                  from unnest(c_ids, c_known) as u(id, score)
+                 cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member,
+                                                             _search_pruned.content_types,
+                                                             _search_pruned.space_ids) v
+                 where u.score >= theta
+                 order by u.score desc, v.object_id, v.chunk_seq
+                 limit _search_pruned.k;
+                return;
+            end if;
+            exit threshold when final;  -- cannot happen (see above); the scan, to be safe
+            -- Too high. k visible kept values are a lower bound (they are lower bounds of real
+            -- scores); the next guess is that or 0.8 of this one.
+            if n_vis >= _search_pruned.k then
+                x_lb := greatest(x_lb, theta);
+            end if;
+            guess := greatest(x_lb, 0.8 * guess);
+            final := guess <= x_lb;
+            if not final and guess < 0.05 * tot then
+                final := true;
+                guess := x_lb;
+                exit threshold when guess = '-infinity';
+            end if;
+        end loop;
+        end;
+        v_strategy := 'scan';
+    end if;
+
+    if v_strategy = 'scan' then
         raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
         return query
         with q as (
@@ -310,10 +584,7 @@ begin
         return;
     end if;
 
-    -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
-    -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
-    mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
-    -- start_depth is for tests: 1 forces many rounds on a small corpus, 0 the scan above.
+    -- start_depth is for tests: 1 forces many rounds on a small corpus.
     depths := array_fill(greatest(1, coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))),
                          array[cardinality(terms)]);
 

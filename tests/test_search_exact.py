@@ -3,9 +3,9 @@
 Random corpora, tiers, private spaces, owner-only notes, policy changes, deletes and queries;
 every reader, selective ones included. Three answers are compared:
 
-- ``groundkit._search_pruned`` forced to start one posting deep, so it goes through many
-  rounds of pruning and deepening even on a small corpus, and forced to scan (start_depth 0);
-  without start_depth it chooses (on these small corpora: the scan);
+- ``groundkit._search_pruned`` forced to run the pruned rounds starting one posting deep, so
+  it goes through many rounds of pruning and deepening even on a small corpus; forced to scan;
+  forced to run the threshold rounds; and left to choose (on these small corpora: the scan);
 - ``groundkit._search_exhaustive``, the one-aggregate scorer over every posting;
 - a brute force written here in Python from the raw tables (visibility, statistics scopes and
   the Lucene formula re-implemented, with only the analyzer shared).
@@ -36,6 +36,9 @@ VOCAB = ["amber", "basalt", "cedar", "dune", "ember", "fjord", "granite", "harbo
 TIERS = ["T0", "T1", "T2", "T3"]
 MEMBERS = ["m0", "m1", "m2", "m3", "m4", "m5"]
 REL_TOL = 1e-9
+# _search_pruned's strategies, forced (the last one chooses)
+STRATEGIES = (", start_depth => 1", ", start_depth => 3", ", strategy => 'scan'", ", strategy => 'threshold'",
+              ", strategy => 'threshold', start_depth => 1", ", strategy => 'threshold', start_depth => 0", "")
 
 
 @dataclass(frozen=True)
@@ -226,10 +229,9 @@ def test_pruned_topk_is_exact(server_db: tuple[str, str], world: dict[str, Any])
                         want = _brute_force(raw, reader, query, k)
                         exhaustive = _rows(raw, "_search_exhaustive", reader, query, k)
                         _assert_same(exhaustive, want, f"exhaustive {reader!r} {query!r} k={k}")
-                        for depth in (1, 3, 0, None):
-                            extra = f", start_depth => {depth}" if depth is not None else ""
+                        for extra in STRATEGIES:
                             pruned = _rows(raw, "_search_pruned", reader, query, k, extra)
-                            _assert_same(pruned, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
+                            _assert_same(pruned, want, f"pruned({extra}) {reader!r} {query!r} k={k}")
                         hits = gk.search(reader, query, k=k)
                         _assert_same([(h.object_id, h.chunk_seq, h.score) for h in hits], want,
                                      f"search {reader!r} {query!r} k={k}")
@@ -246,8 +248,7 @@ def test_selective_reader_gets_k_rows(community: Groundkit) -> None:
     for i in range(12):
         gk.put_object(f"open{i}", 1, "board_post", "open", "T0", "notes", "granite and a lot of other words " * 3)
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
-        for depth in (1, 2, 0, None):
-            extra = f", start_depth => {depth}" if depth is not None else ""
+        for extra in STRATEGIES:
             rows = _rows(raw, "_search_pruned", "t0", "granite", 10, extra)
             assert len(rows) == 10
             assert {o for o, _s, _sc in rows} <= {f"open{i}" for i in range(12)}
@@ -285,10 +286,9 @@ def test_per_term_depth_multi_term(community: Groundkit) -> None:
                 for k in (1, 5, 10, 40):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
                     assert len(want) == k
-                    for depth in (1, 2, 5, 0, None):
-                        extra = f", start_depth => {depth}" if depth is not None else ""
+                    for extra in (*STRATEGIES, ", start_depth => 5"):
                         got = _rows(raw, "_search_pruned", reader, query, k, extra)
-                        _assert_same(got, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
+                        _assert_same(got, want, f"pruned({extra}) {reader!r} {query!r} k={k}")
 
 
 def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
@@ -312,28 +312,137 @@ def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
                 for k in (1, 3, 10):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
                     assert len(want) == k
-                    for depth in (1, 8, 0, None):
-                        extra = f", start_depth => {depth}" if depth is not None else ""
+                    for extra in (", start_depth => 1", ", start_depth => 8", ", strategy => 'scan'",
+                                  ", strategy => 'threshold'", ""):
                         raw.execute("set client_min_messages = debug1")
                         got = _rows(raw, "_search_pruned", reader, query, k, extra)
                         raw.execute("reset client_min_messages")
-                        _assert_same(got, want, f"pruned(depth={depth}) {reader!r} {query!r} k={k}")
+                        _assert_same(got, want, f"pruned({extra}) {reader!r} {query!r} k={k}")
     skipped = [m for m in messages if "survivors" in m and m.endswith("deeper")]
     done = [m for m in messages if m.startswith("groundkit pruned: done at")]
     early = [m for m in done if not m.endswith("with ub_unseen 0")]
     assert skipped, "no round skipped scoring"
     assert early, "no search ended with lists left unread"
-    # depths 1 and 8 go through the rounds; 0 scans, and so does the automatic choice here,
-    # where every query's lists are short (at most 20,000 postings)
+    # depths 1 and 8 go through the rounds; the scan, and the automatic choice here, where every
+    # query's lists are short (at most 20,000 postings), scan; the threshold rounds end done
     scans = [m for m in messages if m.startswith("groundkit pruned: scan of")]
+    thresholds = [m for m in messages if m.startswith("groundkit pruned: threshold theta") and m.endswith("done t")]
     assert len(done) == 2 * len(queries) * 3 * 2
-    assert len(scans) == 2 * len(queries) * 3 * 2
+    assert len(scans) + len(thresholds) == 2 * len(queries) * 3 * 3
+    assert len(thresholds) > len(queries), "the threshold rounds fell back to the scan nearly always"
 
 
-def test_automatic_choice_between_rounds_and_scan(community: Groundkit) -> None:
-    """Without start_depth, _search_pruned runs the pruned rounds when one list dominates a
-    query over more than 20,000 postings, and scans when four or more terms have lists of
-    similar length (docs/bm25.md, "Scan or prune"); both answers equal the exhaustive path."""
+def _cut_above_zero(message: str) -> bool:
+    """Whether a threshold round's debug message shows a term read to a cut (not probed, cut > 0)."""
+    cuts = message.split("cuts {")[1].split("}")[0].split(",")
+    probed = message.split("probed {")[1].split("}")[0].split(",")
+    return any(p == "f" and float(c) > 0 for c, p in zip(cuts, probed, strict=True))
+
+
+def test_threshold_rounds_all_branches(community: Groundkit) -> None:
+    """The threshold rounds (docs/bm25.md) on a seeded Zipf-like corpus with long lists, every
+    branch taken and every answer exact: a guess too high that goes again, a round done at a
+    level below its guess, the final round at the lower bound, probed terms and terms read to a
+    cut, and the scan when no lower bound exists (a reader behind many invisible better chunks)."""
+    from groundkit.models import ContentObject
+
+    gk = community
+    rng = random.Random(11)
+    vocab = [f"v{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(400)]
+    weights = [1.0 / (r + 1) ** 1.1 for r in range(len(vocab))]
+    objs = []
+    for i in range(3000):
+        topic = rng.sample(vocab[20:], 3)
+        words = rng.choices(vocab, weights, k=rng.randint(10, 40)) + topic * rng.randint(1, 3)
+        rng.shuffle(words)
+        objs.append(ContentObject(object_id=f"z{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T3" if i % 4 == 0 else "T0", title="", body=" ".join(words)))
+    for start in range(0, len(objs), 1000):
+        gk.put_objects(objs[start:start + 1000])
+    queries = [" ".join(rng.choices(vocab[:8], k=rng.randint(1, 2)) + rng.sample(vocab[20:], rng.randint(1, 3)))
+               for _ in range(25)]
+    messages: list[str] = []
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        for reader in ("t0", "t3"):
+            for query in queries:
+                for k in (1, 10, 30):
+                    want = _rows(raw, "_search_exhaustive", reader, query, k)
+                    raw.execute("set client_min_messages = debug1")
+                    got = _rows(raw, "_search_pruned", reader, query, k, ", strategy => 'threshold'")
+                    raw.execute("reset client_min_messages")
+                    _assert_same(got, want, f"threshold {reader!r} {query!r} k={k}")
+    rounds = [m for m in messages if m.startswith("groundkit pruned: threshold guess")]
+    ends = [m for m in messages if m.startswith("groundkit pruned: threshold theta")]
+    assert any(m.endswith("done f") for m in ends), "no guess was too high"
+    assert any("(final t)" in m for m in rounds), "no final round"
+    assert any("t" in m.split("probed ")[1].split(" ")[0] for m in rounds), "nothing probed"
+    assert any(_cut_above_zero(m) for m in rounds), "no list read to a cut"
+    below = [m for m in ends if m.endswith("done t")]
+    assert below, "no round was done"
+    # only a dozen chunks of one content type may be returned, all of them below hundreds of
+    # better ones: no lower bound from the top of the lists, so the threshold rounds hand over to
+    # the scan; still exactly k rows
+    for i in range(12):
+        gk.put_object(f"ev{i}", 1, "event", "open", "T0", "", "vaa vba and other words " * 3)
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        messages.clear()
+        only_events = ", content_types => array['event'], strategy => 'threshold'"
+        raw.execute("set client_min_messages = debug1")
+        got = _rows(raw, "_search_pruned", "t0", "vaa vba", 10, only_events)
+        raw.execute("reset client_min_messages")
+        assert got == _rows(raw, "_search_exhaustive", "t0", "vaa vba", 10, ", content_types => array['event']")
+        assert len(got) == 10
+        assert {o for o, _s, _sc in got} <= {f"ev{i}" for i in range(12)}
+        assert any(m.startswith("groundkit pruned: scan of") for m in messages), messages
+
+
+def test_threshold_round_done_below_its_guess(community: Groundkit) -> None:
+    """A threshold round may end at a level below its guess only above the probed terms' maxima:
+    there, chunks holding nothing but probed terms (never read, only looked up) can reach the
+    top k. A common term weighted up by repetition in the query and probed, short chunks that
+    hold only it, and a rarer term read in longer chunks that also hold the common one. Found
+    by search over such worlds (dropping the check in `done` returns wrong answers here)."""
+    from groundkit.models import ContentObject
+
+    gk = community
+    objs = [ContentObject(object_id=f"f{i}", version=1, content_type="board_post", space_id="open",
+                          tier_visibility="T0", title="", body="fx") for i in range(300)]
+    worlds = [(5, 1, 0, 120), (5, 3, 0, 120), (5, 3, 8, 40), (5, 3, 8, 120), (3, 3, 8, 120), (2, 1, 30, 40)]
+    for n, (ta, tb, pad, na) in enumerate(worlds):
+        a, b = f"acommon{chr(97 + n)}", f"brare{chr(97 + n)}"
+        objs += [ContentObject(object_id=f"a{n}_{i}", version=1, content_type="board_post", space_id="open",
+                               tier_visibility="T0", title="", body=(a + " ") * ta) for i in range(na)]
+        objs += [ContentObject(object_id=f"b{n}_{i}", version=1, content_type="board_post", space_id="open",
+                               tier_visibility="T0", title="",
+                               body=b + " " + (a + " ") * (tb + i % 3) + "fy " * (pad + i)) for i in range(12)]
+    gk.put_objects(objs)
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        for n in range(len(worlds)):
+            a, b = f"acommon{chr(97 + n)}", f"brare{chr(97 + n)}"
+            for repeat in (1, 6, 10):
+                query = (a + " ") * repeat + b
+                for k in (5, 10):
+                    want = _rows(raw, "_search_exhaustive", "t0", query, k)
+                    for depth in (0, 1, None):
+                        extra = ", strategy => 'threshold'" + (f", start_depth => {depth}" if depth is not None else "")
+                        got = _rows(raw, "_search_pruned", "t0", query, k, extra)
+                        _assert_same(got, want, f"threshold({extra}) {query!r} k={k}")
+
+
+def test_strategy_argument_is_checked(community: Groundkit) -> None:
+    with psycopg.connect(community.conn.info.dsn, autocommit=True) as raw, pytest.raises(psycopg.Error) as err:
+        raw.execute("select * from groundkit._search_pruned('t0', 'granite', 10, strategy => 'fastest')")
+    assert err.value.sqlstate == "GK005"
+    assert "strategy must be scan, threshold or rounds" in str(err.value)
+
+
+def test_automatic_choice_between_strategies(community: Groundkit) -> None:
+    """Without strategy or start_depth, _search_pruned scans when the reader's lists hold at most
+    20,000 postings, runs the pruned rounds for one term over more, and the threshold rounds for
+    two or more terms over more (docs/bm25.md, "Three strategies"); every answer equals the
+    exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -350,8 +459,8 @@ def test_automatic_choice_between_rounds_and_scan(community: Groundkit) -> None:
     messages: list[str] = []
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
-        for query, strategy in [("granite", "rounds"), ("granite basalt", "rounds"),
-                                ("granite basalt quartz slate", "scan")]:
+        for query, strategy in [("granite", "rounds"), ("granite basalt", "threshold"),
+                                ("granite basalt quartz slate", "threshold"), ("basalt quartz", "scan")]:
             for reader in ("t0", "t3"):
                 want = _rows(raw, "_search_exhaustive", reader, query, 10)
                 assert len(want) == 10
@@ -360,6 +469,9 @@ def test_automatic_choice_between_rounds_and_scan(community: Groundkit) -> None:
                 got = _rows(raw, "_search_pruned", reader, query, 10)
                 raw.execute("reset client_min_messages")
                 _assert_same(got, want, f"auto {reader!r} {query!r}")
-                scanned = any(m.startswith("groundkit pruned: scan of") for m in messages)
-                rounds = any(m.startswith("groundkit pruned: done at") for m in messages)
-                assert (scanned, rounds) == (strategy == "scan", strategy == "rounds"), (query, messages)
+                ran = {
+                    "scan": any(m.startswith("groundkit pruned: scan of") for m in messages),
+                    "rounds": any(m.startswith("groundkit pruned: done at") for m in messages),
+                    "threshold": any(m.startswith("groundkit pruned: threshold") for m in messages),
+                }
+                assert ran == {name: name == strategy for name in ran}, (query, messages)
