@@ -400,7 +400,8 @@ begin
                 select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
                   into cuts
                   from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
-                -- ns[t]: how many postings that range holds (counted up to 4,000; beyond, an estimate)
+                -- ns[t]: how many postings that range holds (counted up to 4,000, then up to
+                -- 40,000; beyond, an estimate: half the list)
                 ns := array_fill(0::double precision, array[nt]);
                 for j in 1 .. nt loop
                     if cuts[j] <= 0 then
@@ -410,7 +411,13 @@ begin
                           from (select 1 from groundkit.postings p
                                  where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
                                  limit 4000) x;
-                        ns[j] := case when n_one < 4000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
+                        if n_one = 4000 then
+                            select count(*) into n_one
+                              from (select 1 from groundkit.postings p
+                                     where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
+                                     limit 40000) x;
+                        end if;
+                        ns[j] := case when n_one < 40000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
                     end if;
                 end loop;
                 -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
@@ -468,11 +475,12 @@ begin
                   join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
                  group by p.chunk_id
             )
-            select coalesce(array_agg(c.chunk_id), '{}'), coalesce(array_agg(c.known), '{}'),
-                   coalesce(array_agg(c.dl), '{}')
-              into c_ids, c_known, c_dl
-              from cand c
-             where c.known + p_max >= thr_f;
+            select coalesce(array_agg(c.chunk_id) filter (where c.known + p_max >= thr_f), '{}'),
+                   coalesce(array_agg(c.known) filter (where c.known + p_max >= thr_f), '{}'),
+                   coalesce(array_agg(c.dl) filter (where c.known + p_max >= thr_f), '{}'),
+                   count(*)
+              into c_ids, c_known, c_dl, n_read
+              from cand c;
             raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
                 guess, final, cuts, ns, probe, cardinality(c_ids);
             rest := p_max;
@@ -535,6 +543,10 @@ begin
                 x_lb := greatest(x_lb, theta);
             end if;
             guess := greatest(x_lb, 0.8 * guess);
+            if n_read < _search_pruned.k then
+                -- the terms read hold fewer than k chunks: probe fewer terms next time
+                guess := greatest(x_lb, least(guess, p_max * (1 - 1e-9)));
+            end if;
             final := guess <= x_lb;
             if not final and guess < 0.05 * tot then
                 final := true;
