@@ -333,227 +333,228 @@ begin
     if v_strategy = 'threshold' then
         <<threshold>>
         begin
-        -- The terms by their largest possible contribution to a chunk the reader may see (the
-        -- top impact of each of the reader's lists), smallest first.
-        select array_agg(x.term order by x.maxc, x.term), array_agg(x.w order by x.maxc, x.term),
-               array_agg(x.maxc order by x.maxc, x.term), array_agg(x.df order by x.maxc, x.term)
-          into t_terms, t_ws, t_maxcs, t_dfs
-          from (select u.term, u.w, u.df,
-                       u.w * least(1.0, coalesce(
-                           (select max(top.imp)
-                              from unnest(buckets) as b(vk)
-                             cross join lateral (
-                                   select p.imp from groundkit.postings p
-                                    where p.term = u.term and p.vis_key = b.vk
-                                    order by p.imp desc
-                                    limit 1) top), 0) * mult) as maxc
-                  from unnest(terms, ws, dfs) as u(term, w, df)) x;
-        nt := cardinality(t_terms);
-        tot := (select sum(x) from unnest(t_maxcs) as x);
-        full_n := (select sum(x) from unnest(t_dfs) as x);
+            -- The terms by their largest possible contribution to a chunk the reader may see (the
+            -- top impact of each of the reader's lists), smallest first.
+            select array_agg(x.term order by x.maxc, x.term), array_agg(x.w order by x.maxc, x.term),
+                   array_agg(x.maxc order by x.maxc, x.term), array_agg(x.df order by x.maxc, x.term)
+              into t_terms, t_ws, t_maxcs, t_dfs
+              from (select u.term, u.w, u.df,
+                           u.w * least(1.0, coalesce(
+                               (select max(top.imp)
+                                  from unnest(buckets) as b(vk)
+                                 cross join lateral (
+                                       select p.imp from groundkit.postings p
+                                        where p.term = u.term and p.vis_key = b.vk
+                                        order by p.imp desc
+                                        limit 1) top), 0) * mult) as maxc
+                      from unnest(terms, ws, dfs) as u(term, w, df)) x;
+            nt := cardinality(t_terms);
+            tot := (select sum(x) from unnest(t_maxcs) as x);
+            full_n := (select sum(x) from unnest(t_dfs) as x);
 
-        -- x_lb: a lower bound on the final k-th score, from real chunks: the best by their
-        -- partial sums among the top postings of every list (start_depth deep, for tests; 0
-        -- reads none), scored exactly, checked against the live predicate best-first (the k-th
-        -- visible score, or -infinity).
-        with q as (
-            select x.term, x.w from unnest(t_terms, t_ws) as x(term, w)
-        ),
-        p as (
-            select x.chunk_id, x.doc_len,
-                   q.w * x.tf / (x.tf + v_k1 * (1 - v_b + v_b * x.doc_len / v_avgdl)) as s
-              from q
-             cross join unnest(buckets) as b(vk)
-             cross join lateral (
-                   select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
-                    where p.term = q.term and p.vis_key = b.vk
-                    order by p.imp desc
-                    limit coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))) x
-        ),
-        cand as (
-            select p.chunk_id, max(p.doc_len) as dl from p group by p.chunk_id
-             order by sum(p.s) desc limit 4 * _search_pruned.k
-        ),
-        scored as (
-            select c.chunk_id,
-                   sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * c.dl / v_avgdl))) as score
-              from cand c
-             cross join q
-              join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
-             group by c.chunk_id
-        )
-        select case when count(*) >= _search_pruned.k then min(z.score) else '-infinity' end into x_lb
-          from (select s.score
-                  from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
-                 where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
-                                                                      _search_pruned.content_types,
-                                                                      _search_pruned.space_ids))
-                 limit _search_pruned.k) z;
-
-        guess := greatest(x_lb, 0.9 * tot);
-        final := guess <= x_lb;
-        loop
-            <<plan>>
-            loop
-                thr_g := guess * (1 - 1e-9);
-                -- cuts[t]: the least impact a chunk scoring >= guess can have in t's list
-                select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
-                  into cuts
-                  from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
-                -- ns[t]: how many postings that range holds (counted up to 4,000, then up to
-                -- 40,000; beyond, an estimate: half the list)
-                ns := array_fill(0::double precision, array[nt]);
-                for j in 1 .. nt loop
-                    if cuts[j] <= 0 then
-                        ns[j] := t_dfs[j];
-                    else
-                        select count(*) into n_one
-                          from (select 1 from groundkit.postings p
-                                 where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
-                                 limit 4000) x;
-                        if n_one = 4000 then
-                            select count(*) into n_one
-                              from (select 1 from groundkit.postings p
-                                     where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
-                                     limit 40000) x;
-                        end if;
-                        ns[j] := case when n_one < 40000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
-                    end if;
-                end loop;
-                -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
-                -- below the guess (then every chunk reaching it holds a term that is read); of
-                -- those sets, the one of least estimated cost (a posting read ~0.8 us, a probe
-                -- ~5 us per candidate and probed term).
-                probe := array_fill(false, array[nt]);
-                best_probe := probe;
-                p_max := 0;
-                best_p_max := 0;
-                n_probe := 0;
-                n_left := (select sum(x) from unnest(ns) as x);
-                best_cost := 0.8 * n_left;
-                for j in select x.i from unnest(ns) with ordinality as x(n, i) order by x.n desc, x.i loop
-                    if p_max + t_maxcs[j] < thr_g then
-                        probe[j] := true;
-                        p_max := p_max + t_maxcs[j];
-                        n_probe := n_probe + 1;
-                        n_left := n_left - ns[j];
-                        cost := 0.8 * n_left + 5 * n_probe * n_left;
-                        if cost < best_cost then
-                            best_cost := cost;
-                            best_probe := probe;
-                            best_p_max := p_max;
-                        end if;
-                    end if;
-                end loop;
-                probe := best_probe;
-                p_max := best_p_max;
-                n_left := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
-                -- A round that reads half of everything costs about what a round at x_lb costs,
-                -- and that one cannot fail: commit to it.
-                exit plan when final or n_left < 0.5 * full_n;
-                final := true;
-                guess := x_lb;
-                if guess = '-infinity' then
-                    exit threshold;  -- no lower bound: the scan
-                end if;
-            end loop;
-
-            -- Read the ranges of the terms not probed, keep the candidates that can still reach
-            -- thr_f (<= thr_g: the others' values give the next guess a lower bound if this one
-            -- fails), then probe the probed terms for them, largest maximum first.
-            thr_f := case when final then thr_g else greatest(x_lb, 0.8 * guess) * (1 - 1e-9) end;
+            -- x_lb: a lower bound on the final k-th score, from real chunks: the best by their
+            -- partial sums among the top postings of every list (start_depth deep, for tests; 0
+            -- reads none), scored exactly, checked against the live predicate best-first (the k-th
+            -- visible score, or -infinity).
             with q as (
-                select x.term, x.w, x.cut
-                  from unnest(t_terms, t_ws, cuts, probe) as x(term, w, cut, pr)
-                 where not x.pr
+                select x.term, x.w from unnest(t_terms, t_ws) as x(term, w)
+            ),
+            p as (
+                select x.chunk_id, x.doc_len,
+                       q.w * x.tf / (x.tf + v_k1 * (1 - v_b + v_b * x.doc_len / v_avgdl)) as s
+                  from q
+                 cross join unnest(buckets) as b(vk)
+                 cross join lateral (
+                       select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
+                        where p.term = q.term and p.vis_key = b.vk
+                        order by p.imp desc
+                        limit coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))) x
             ),
             cand as (
-                select p.chunk_id,
-                       sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
-                       max(p.doc_len) as dl
-                  from q
-                  join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
-                 group by p.chunk_id
+                select p.chunk_id, max(p.doc_len) as dl from p group by p.chunk_id
+                 order by sum(p.s) desc limit 4 * _search_pruned.k
+            ),
+            scored as (
+                select c.chunk_id,
+                       sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * c.dl / v_avgdl))) as score
+                  from cand c
+                 cross join q
+                  join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
+                 group by c.chunk_id
             )
-            select coalesce(array_agg(c.chunk_id) filter (where c.known + p_max >= thr_f), '{}'),
-                   coalesce(array_agg(c.known) filter (where c.known + p_max >= thr_f), '{}'),
-                   coalesce(array_agg(c.dl) filter (where c.known + p_max >= thr_f), '{}'),
-                   count(*)
-              into c_ids, c_known, c_dl, n_read
-              from cand c;
-            raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
-                guess, final, cuts, ns, probe, cardinality(c_ids);
-            rest := p_max;
-            for j in select x.i from unnest(t_maxcs, probe) with ordinality as x(mc, pr, i)
-                      where x.pr order by x.mc desc, x.i loop
-                exit when cardinality(c_ids) = 0;
-                rest := rest - t_maxcs[j];
-                select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
-                       coalesce(array_agg(z.dl), '{}')
-                  into c_ids, c_known, c_dl
-                  from (select u.id, u.dl,
-                               u.known + coalesce(t_ws[j] * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl)), 0) as known
-                          from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
-                          left join lateral (select p1.tf from groundkit.postings p1
-                                              where p1.term = t_terms[j] and p1.chunk_id = u.id) pp on true) z
-                 where z.known + rest >= thr_f;
-            end loop;
-
-            -- theta: the k-th score among the kept candidates the reader may see, best-first.
-            -- Every chunk scoring at least the guess is kept with its exact score; the others'
-            -- values are lower bounds of theirs.
-            select coalesce(min(z.score), '-infinity'), count(*) into theta, n_vis
+            select case when count(*) >= _search_pruned.k then min(z.score) else '-infinity' end into x_lb
               from (select s.score
-                      from (select u.id, u.score from unnest(c_ids, c_known) as u(id, score)
-                             order by u.score desc offset 0) s
-                     where exists (select 1 from groundkit._visible_chunk(s.id, v_rank, v_member,
+                      from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+                     where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
                                                                           _search_pruned.content_types,
                                                                           _search_pruned.space_ids))
                      limit _search_pruned.k) z;
-            -- Done when this round is complete at level theta: the probed terms' maxima sum
-            -- below it, the filter kept everything reaching it, and no list read to a cut has a
-            -- posting between the impact theta needs and the cut (then a chunk scoring >= theta
-            -- was read wherever it was needed). Always so in the final round (guess = x_lb).
-            done := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f
-                    and not exists (
-                        select 1
-                          from unnest(t_terms, t_ws, t_maxcs, cuts, probe) as x(term, w, mc, cut, pr)
-                         where not x.pr and x.cut > 0
-                           and exists (select 1 from groundkit.postings p
-                                        where p.term = x.term and p.vis_key = any (buckets)
-                                          and p.imp < x.cut
-                                          and p.imp >= (theta * (1 - 1e-9) - (tot - x.mc)) / (x.w * mult)));
-            raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
-            if done then
-                return query
-                select u.id, u.score
-                  from unnest(c_ids, c_known) as u(id, score)
-                 cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member,
-                                                             _search_pruned.content_types,
-                                                             _search_pruned.space_ids) v
-                 where u.score >= theta
-                 order by u.score desc, v.object_id, v.chunk_seq
-                 limit _search_pruned.k;
-                return;
-            end if;
-            exit threshold when final;  -- cannot happen (see above); the scan, to be safe
-            -- Too high. k visible kept values are a lower bound (they are lower bounds of real
-            -- scores); the next guess is that or 0.8 of this one.
-            if n_vis >= _search_pruned.k then
-                x_lb := greatest(x_lb, theta);
-            end if;
-            guess := greatest(x_lb, 0.8 * guess);
-            if n_read < _search_pruned.k then
-                -- the terms read hold fewer than k chunks: probe fewer terms next time
-                guess := greatest(x_lb, least(guess, p_max * (1 - 1e-9)));
-            end if;
+
+            guess := greatest(x_lb, 0.9 * tot);
             final := guess <= x_lb;
-            if not final and guess < 0.05 * tot then
-                final := true;
-                guess := x_lb;
-                exit threshold when guess = '-infinity';
-            end if;
-        end loop;
+            loop
+                <<plan>>
+                loop
+                    thr_g := guess * (1 - 1e-9);
+                    -- cuts[t]: the least impact a chunk scoring >= guess can have in t's list
+                    select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
+                      into cuts
+                      from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
+                    -- ns[t]: how many postings that range holds (counted up to 4,000, then up to
+                    -- 40,000; beyond, an estimate: half the list)
+                    ns := array_fill(0::double precision, array[nt]);
+                    for j in 1 .. nt loop
+                        if cuts[j] <= 0 then
+                            ns[j] := t_dfs[j];
+                        else
+                            select count(*) into n_one
+                              from (select 1 from groundkit.postings p
+                                     where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
+                                     limit 4000) x;
+                            if n_one = 4000 then
+                                select count(*) into n_one
+                                  from (select 1 from groundkit.postings p
+                                         where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
+                                         limit 40000) x;
+                            end if;
+                            ns[j] := case when n_one < 40000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
+                        end if;
+                    end loop;
+                    -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
+                    -- below the guess (then every chunk reaching it holds a term that is read); of
+                    -- those sets, the one of least estimated cost (a posting read ~0.8 us, a probe
+                    -- ~5 us per candidate and probed term).
+                    probe := array_fill(false, array[nt]);
+                    best_probe := probe;
+                    p_max := 0;
+                    best_p_max := 0;
+                    n_probe := 0;
+                    n_left := (select sum(x) from unnest(ns) as x);
+                    best_cost := 0.8 * n_left;
+                    for j in select x.i from unnest(ns) with ordinality as x(n, i) order by x.n desc, x.i loop
+                        if p_max + t_maxcs[j] < thr_g then
+                            probe[j] := true;
+                            p_max := p_max + t_maxcs[j];
+                            n_probe := n_probe + 1;
+                            n_left := n_left - ns[j];
+                            cost := 0.8 * n_left + 5 * n_probe * n_left;
+                            if cost < best_cost then
+                                best_cost := cost;
+                                best_probe := probe;
+                                best_p_max := p_max;
+                            end if;
+                        end if;
+                    end loop;
+                    probe := best_probe;
+                    p_max := best_p_max;
+                    n_left := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    -- A round that reads half of everything costs about what a round at x_lb costs,
+                    -- and that one cannot fail: commit to it.
+                    exit plan when final or n_left < 0.5 * full_n;
+                    final := true;
+                    guess := x_lb;
+                    if guess = '-infinity' then
+                        exit threshold;  -- no lower bound: the scan
+                    end if;
+                end loop;
+
+                -- Read the ranges of the terms not probed, keep the candidates that can still reach
+                -- thr_f (<= thr_g: the others' values give the next guess a lower bound if this one
+                -- fails), then probe the probed terms for them, largest maximum first.
+                thr_f := case when final then thr_g else greatest(x_lb, 0.8 * guess) * (1 - 1e-9) end;
+                with q as (
+                    select x.term, x.w, x.cut
+                      from unnest(t_terms, t_ws, cuts, probe) as x(term, w, cut, pr)
+                     where not x.pr
+                ),
+                cand as (
+                    select p.chunk_id,
+                           sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
+                           max(p.doc_len) as dl
+                      from q
+                      join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
+                     group by p.chunk_id
+                )
+                select coalesce(array_agg(c.chunk_id) filter (where c.known + p_max >= thr_f), '{}'),
+                       coalesce(array_agg(c.known) filter (where c.known + p_max >= thr_f), '{}'),
+                       coalesce(array_agg(c.dl) filter (where c.known + p_max >= thr_f), '{}'),
+                       count(*)
+                  into c_ids, c_known, c_dl, n_read
+                  from cand c;
+                raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
+                    guess, final, cuts, ns, probe, cardinality(c_ids);
+                rest := p_max;
+                for j in select x.i from unnest(t_maxcs, probe) with ordinality as x(mc, pr, i)
+                          where x.pr order by x.mc desc, x.i loop
+                    exit when cardinality(c_ids) = 0;
+                    rest := rest - t_maxcs[j];
+                    select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
+                           coalesce(array_agg(z.dl), '{}')
+                      into c_ids, c_known, c_dl
+                      from (select u.id, u.dl,
+                                   u.known + coalesce(t_ws[j] * pp.tf
+                                                      / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl)), 0) as known
+                              from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
+                              left join lateral (select p1.tf from groundkit.postings p1
+                                                  where p1.term = t_terms[j] and p1.chunk_id = u.id) pp on true) z
+                     where z.known + rest >= thr_f;
+                end loop;
+
+                -- theta: the k-th score among the kept candidates the reader may see, best-first.
+                -- Every chunk scoring at least the guess is kept with its exact score; the others'
+                -- values are lower bounds of theirs.
+                select coalesce(min(z.score), '-infinity'), count(*) into theta, n_vis
+                  from (select s.score
+                          from (select u.id, u.score from unnest(c_ids, c_known) as u(id, score)
+                                 order by u.score desc offset 0) s
+                         where exists (select 1 from groundkit._visible_chunk(s.id, v_rank, v_member,
+                                                                              _search_pruned.content_types,
+                                                                              _search_pruned.space_ids))
+                         limit _search_pruned.k) z;
+                -- Done when this round is complete at level theta: the probed terms' maxima sum
+                -- below it, the filter kept everything reaching it, and no list read to a cut has a
+                -- posting between the impact theta needs and the cut (then a chunk scoring >= theta
+                -- was read wherever it was needed). Always so in the final round (guess = x_lb).
+                done := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f
+                        and not exists (
+                            select 1
+                              from unnest(t_terms, t_ws, t_maxcs, cuts, probe) as x(term, w, mc, cut, pr)
+                             where not x.pr and x.cut > 0
+                               and exists (select 1 from groundkit.postings p
+                                            where p.term = x.term and p.vis_key = any (buckets)
+                                              and p.imp < x.cut
+                                              and p.imp >= (theta * (1 - 1e-9) - (tot - x.mc)) / (x.w * mult)));
+                raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
+                if done then
+                    return query
+                    select u.id, u.score
+                      from unnest(c_ids, c_known) as u(id, score)
+                     cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member,
+                                                                 _search_pruned.content_types,
+                                                                 _search_pruned.space_ids) v
+                     where u.score >= theta
+                     order by u.score desc, v.object_id, v.chunk_seq
+                     limit _search_pruned.k;
+                    return;
+                end if;
+                exit threshold when final;  -- cannot happen (see above); the scan, to be safe
+                -- Too high. k visible kept values are a lower bound (they are lower bounds of real
+                -- scores); the next guess is that or 0.8 of this one.
+                if n_vis >= _search_pruned.k then
+                    x_lb := greatest(x_lb, theta);
+                end if;
+                guess := greatest(x_lb, 0.8 * guess);
+                if n_read < _search_pruned.k then
+                    -- the terms read hold fewer than k chunks: probe fewer terms next time
+                    guess := greatest(x_lb, least(guess, p_max * (1 - 1e-9)));
+                end if;
+                final := guess <= x_lb;
+                if not final and guess < 0.05 * tot then
+                    final := true;
+                    guess := x_lb;
+                    exit threshold when guess = '-infinity';
+                end if;
+            end loop;
         end;
         v_strategy := 'scan';
     end if;
