@@ -15,6 +15,7 @@ Same set and order up to score ties, and k rows whenever k visible chunks match.
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections import defaultdict
@@ -343,7 +344,8 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     """The threshold rounds (docs/bm25.md) on a seeded Zipf-like corpus with long lists, every
     branch taken and every answer exact: a guess too high that goes again, a round done at a
     level below its guess, the final round at the lower bound, probed terms and terms read to a
-    cut, and the scan when no lower bound exists (a reader behind many invisible better chunks)."""
+    cut, and the scan when no lower bound exists (a filter that only a dozen chunks, all of them
+    below hundreds of better ones, pass)."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -378,8 +380,13 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     assert any("(final t)" in m for m in rounds), "no final round"
     assert any("t" in m.split("probed ")[1].split(" ")[0] for m in rounds), "nothing probed"
     assert any(_cut_above_zero(m) for m in rounds), "no list read to a cut"
-    below = [m for m in ends if m.endswith("done t")]
-    assert below, "no round was done"
+    # each round: its guess, then its theta and whether it is done
+    below = [
+        (before, after) for before, after in itertools.pairwise(messages)
+        if before.startswith("groundkit pruned: threshold guess") and after in ends and after.endswith("done t")
+        and float(after.split("theta ")[1].split(" ")[0]) < float(before.split("guess ")[1].split(" ")[0])
+    ]
+    assert below, "no round was done below its guess"
     # only a dozen chunks of one content type may be returned, all of them below hundreds of
     # better ones: no lower bound from the top of the lists, so the threshold rounds hand over to
     # the scan; still exactly k rows
