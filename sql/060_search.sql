@@ -400,8 +400,8 @@ begin
                     select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
                       into cuts
                       from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
-                    -- ns[t]: how many postings that range holds (counted up to 4,000, then up to
-                    -- 40,000; beyond, an estimate: half the list)
+                    -- ns[t]: how many postings that range holds (counted up to 40,000; beyond, an
+                    -- estimate: half the list)
                     ns := array_fill(0::double precision, array[nt]);
                     for j in 1 .. nt loop
                         if cuts[j] <= 0 then
@@ -410,13 +410,7 @@ begin
                             select count(*) into n_one
                               from (select 1 from groundkit.postings p
                                      where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
-                                     limit 4000) x;
-                            if n_one = 4000 then
-                                select count(*) into n_one
-                                  from (select 1 from groundkit.postings p
-                                         where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
-                                         limit 40000) x;
-                            end if;
+                                     limit 40000) x;
                             ns[j] := case when n_one < 40000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
                         end if;
                     end loop;
