@@ -90,7 +90,7 @@ end
 $owner$;
 
 -- Nothing for PUBLIC: functions are created with EXECUTE for PUBLIC, so take it back from every
--- function in the schema (internal helpers such as _materialize included), on every migrate.
+-- function in the schema (internal helpers such as _materialize_many included), on every migrate.
 revoke all on schema groundkit from public;
 revoke all on all tables in schema groundkit from public;
 revoke all on all sequences in schema groundkit from public;

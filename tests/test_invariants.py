@@ -157,7 +157,7 @@ def test_deferred_fk_chunk_must_match_current_version_at_commit(written: Groundk
             conn.execute("set constraints all immediate")
         conn.rollback()
     assert [h.object_version for h in written.search("t1", "loom")] == [3]
-    # within one transaction the derived rows may be out of step, as _materialize needs them to be
+    # within one transaction the derived rows may be out of step, as _materialize_many needs them to be
     with psycopg.connect(dsn) as conn:
         conn.execute("update groundkit.objects set version = 5 where object_id = 'a'")
         conn.execute("delete from groundkit.chunks where object_id = 'a'")

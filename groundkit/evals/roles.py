@@ -144,7 +144,7 @@ WRITES: dict[str, tuple[str, tuple[Any, ...]]] = {
 ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "rebuild": ("select groundkit.rebuild()", ()),
     "state_checksum": ("select groundkit.state_checksum()", ()),
-    "_materialize": ("select groundkit._materialize(%s)", ("p1",)),
+    "_materialize_many": ("select groundkit._materialize_many(%s)", (["p1"],)),
     "_restat_space": ("select groundkit._restat_space(%s)", ("board",)),
     "log UPDATE": ("update groundkit.content_log set body = 'x'", ()),
 }
