@@ -12,7 +12,9 @@ the synthetic community corpus of evals/bench/corpus.py loaded through the bulk 
 - tantivy in process over the same chunks, no permissions (engine-speed reference);
 - optionally the exhaustive BM25 path (--exhaustive) to show what pruning saves;
 - ingest: chunks/s through the bulk path, through put_object one object per transaction, and
-  with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock).
+  with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock);
+- retier_object, delete_object and redact_object, one object per transaction (20 each, on
+  objects put_object wrote): mean and max ms.
 
 Ratios are printed next to absolute times. Progress lines go to stderr with known totals.
 """
@@ -252,7 +254,33 @@ def single_ingest(dsn: str, corpus: Corpus, n_chunks: int, prefix: str) -> dict[
             chunks += len(o.paragraphs)
         dt = time.perf_counter() - t0
     return {"objects": len(objs), "chunks": chunks, "s": dt, "chunks_per_s": chunks / dt,
-            "objects_per_s": len(objs) / dt}
+            "objects_per_s": len(objs) / dt, "ids": [prefix + o.object_id for o in objs]}
+
+
+LIFECYCLE_SQL = {
+    "retier_object": "select groundkit.retier_object(%s, 2, 'T3')",
+    "delete_object": "select groundkit.delete_object(%s, 2)",
+    "redact_object": "select groundkit.redact_object(%s, 2)",
+}
+
+
+def lifecycle_writes(dsn: str, ids: Sequence[str], per_op: int) -> dict[str, dict[str, float]]:
+    """Mean and max ms of retier/delete/redact, one object per transaction, each on its own objects.
+
+    These touch an object's existing postings and statistics (by the chunk's lexemes, or by
+    chunk id for redaction), so a path that reads the whole postings table shows up here."""
+    out: dict[str, dict[str, float]] = {}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for i, (op, stmt) in enumerate(LIFECYCLE_SQL.items()):
+            lat = []
+            for oid in ids[i * per_op:(i + 1) * per_op]:
+                t0 = time.perf_counter()
+                status = conn.execute(stmt, (oid,)).fetchone()
+                lat.append(1000 * (time.perf_counter() - t0))
+                if status is None or status[0] != "applied":
+                    raise RuntimeError(f"{op} {oid}: {status}")
+            out[op] = {"n": len(lat), "mean_ms": statistics.fmean(lat), "max_ms": max(lat)}
+    return out
 
 
 def concurrent_ingest(dsn: str, corpus: Corpus, writers: int, seconds: float, tag: str) -> dict[str, float]:
@@ -401,6 +429,7 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
 
         res["single"] = single_ingest(dsn, Corpus(seed=args.seed + 1), args.single_chunks, "single-")
         log(f"  put_object one at a time: {res['single']['chunks_per_s']:,.0f} chunks/s")
+        res["lifecycle"] = lifecycle_writes(dsn, res["single"].pop("ids"), 20)
         res["concurrent"] = []
         for w in args.writers:
             c = concurrent_ingest(dsn, Corpus(seed=args.seed + 2 + w), w, args.writer_seconds, f"w{w}")
@@ -466,6 +495,9 @@ def report(results: list[dict[str, Any]]) -> None:
                   f"vacuum analyze {r['vacuum_s']:.0f} s, GIN for ts_rank_cd {r['gin_s']:.0f} s); "
                   f"put_object one per transaction {s['chunks_per_s']:,.0f} chunks/s "
                   f"({s['objects_per_s']:,.0f} objects/s, {s['chunks']:,} chunks)\n")
+        if "lifecycle" in r:
+            out.write("one object per transaction, mean / max ms: " + ", ".join(
+                f"{op} {v['mean_ms']:.1f} / {v['max_ms']:.1f}" for op, v in r["lifecycle"].items()) + "\n")
         if r["concurrent"]:
             base = r["concurrent"][0]["chunks_per_s"]
             out.write("concurrent put_object writers: " + ", ".join(
