@@ -74,16 +74,18 @@ declare
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
 begin
     insert into groundkit.term_stats as t (term, scope, shard, df)
-    select p.term, d.scope, my_shard, sum(d.delta)
+    select u.lexeme, d.scope, my_shard, sum(d.delta)
       from (select x.chunk_id, x.old_scope as scope, -1 as delta
               from groundkit._space_scope_changes(p_space_id) x where x.old_scope is not null
             union all
             select x.chunk_id, x.new_scope, 1
               from groundkit._space_scope_changes(p_space_id) x where x.new_scope is not null) d
-      join groundkit.postings p on p.chunk_id = d.chunk_id
-     group by p.term, d.scope
+      -- a chunk's postings are its lexemes (no index serves postings by chunk id alone)
+      join groundkit.chunks c on c.chunk_id = d.chunk_id
+     cross join lateral unnest(c.tsv) u
+     group by u.lexeme, d.scope
     having sum(d.delta) <> 0
-     order by p.term, d.scope
+     order by u.lexeme, d.scope
     on conflict (term, scope, shard) do update set df = t.df + excluded.df;
 
     insert into groundkit.scope_stats as t (scope, shard, n_chunks, total_len)

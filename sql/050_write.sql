@@ -276,10 +276,12 @@ begin
     -- Lock the counter rows of those terms before touching any other: first this backend's
     -- shard (creating the rows _materialize_many will write), then every other shard, each pass in
     -- key order. Writers lock only their own shard's rows, in key order, so no cycle can form.
+    -- (A chunk's postings are its lexemes: read them from the chunk, not by scanning postings
+    -- for its id, which no index serves.)
     insert into groundkit.term_stats as t (term, scope, shard, df)
-    select distinct p.term, c.stat_scope, my_shard, 0
+    select distinct u.lexeme, c.stat_scope, my_shard, 0
       from groundkit.chunks c
-      join groundkit.postings p on p.chunk_id = c.chunk_id
+     cross join lateral unnest(c.tsv) u
      where c.object_id = redact_object.object_id and c.stat_scope is not null
      order by 1, 2
     on conflict (term, scope, shard) do update set df = t.df;
