@@ -267,8 +267,8 @@ LIFECYCLE_SQL = {
 def lifecycle_writes(dsn: str, ids: Sequence[str], per_op: int) -> dict[str, dict[str, float]]:
     """Mean and max ms of retier/delete/redact, one object per transaction, each on its own objects.
 
-    These touch an object's existing postings and statistics (by the chunk's lexemes, or by
-    chunk id for redaction), so a path that reads the whole postings table shows up here."""
+    Each replaces or removes an object's postings and statistics, so a path among them that
+    reads the whole postings table (as redaction once did) shows up here."""
     out: dict[str, dict[str, float]] = {}
     with psycopg.connect(dsn, autocommit=True) as conn:
         for i, (op, stmt) in enumerate(LIFECYCLE_SQL.items()):
