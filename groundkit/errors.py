@@ -66,7 +66,7 @@ class VersionConflict(GroundkitError):
 
 class InvariantViolation(GroundkitError):
     """A write would break an invariant the database enforces: the append-only log (GK006),
-    monotonic versions or durable tombstones (GK007)."""
+    monotonic versions, durable tombstones, or tier ranks in step with the derived rows (GK007)."""
 
     sqlstate = "GK007"
 

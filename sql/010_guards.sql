@@ -89,3 +89,41 @@ $$;
 create or replace trigger chunks_current_version
     before insert or update on groundkit.chunks
     for each row execute function groundkit._chunks_guard();
+
+-- A tier's rank is stamped into derived rows: the statistics scope and postings bucket of every
+-- chunk whose object or space names the tier. Changing it underneath them would leave readers
+-- reading the wrong buckets (missing results) and statistics in the wrong scopes, so it is only
+-- allowed through groundkit.set_tier_rank(), which rebuilds them in the same transaction. A tier
+-- that stored objects name can be neither renamed nor deleted (their log rows name it).
+create or replace function groundkit._tiers_guard() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    by_objects boolean := exists (select 1 from groundkit.objects o where o.tier_visibility = old.name);
+begin
+    if tg_op = 'DELETE' then
+        if by_objects then
+            raise exception 'tier % is the tier of stored objects and cannot be deleted', old.name
+                using errcode = 'GK007', hint = 'Retier or delete those objects first.';
+        end if;
+        return old;
+    end if;
+    if new.name is distinct from old.name and by_objects then
+        raise exception 'tier % is the tier of stored objects and cannot be renamed', old.name
+            using errcode = 'GK007', hint = 'Add a tier under the new name and retier the objects.';
+    end if;
+    if new.rank is distinct from old.rank
+       and coalesce(current_setting('groundkit.tier_rank_rebuild', true), '') <> 'on'
+       and (by_objects or exists (select 1 from groundkit.spaces s where s.min_tier = old.name)) then
+        raise exception 'the rank of tier % is stamped into the statistics scopes and postings of stored content',
+            old.name using errcode = 'GK007',
+            hint = 'Use groundkit.set_tier_rank(tier, rank), which rebuilds them in the same transaction.';
+    end if;
+    return new;
+end
+$$;
+
+create or replace trigger tiers_guard
+    before update or delete on groundkit.tiers
+    for each row execute function groundkit._tiers_guard();

@@ -62,6 +62,35 @@ begin
 end
 $$;
 
+-- Change a tier's rank and recompute every derived row that carries it (statistics scopes,
+-- postings buckets), in one transaction: a rebuild, so readers and writers wait for it.
+create or replace function groundkit.set_tier_rank(tier text, rank integer) returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    taken text;
+begin
+    -- Writers that have read the tiers finish first; the ones after us see the new rank.
+    lock table groundkit.tiers in access exclusive mode;
+    perform groundkit._tier_rank(set_tier_rank.tier);
+    if set_tier_rank.rank is null or set_tier_rank.rank < 0 then
+        raise exception 'rank must be a non-negative integer (got %)', coalesce(set_tier_rank.rank::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    select t.name into taken from groundkit.tiers t
+     where t.rank = set_tier_rank.rank and t.name <> set_tier_rank.tier;
+    if found then
+        raise exception 'rank % is the rank of tier %', set_tier_rank.rank, taken using errcode = 'GK005',
+            hint = 'Ranks are unique; move the other tier first.';
+    end if;
+    perform set_config('groundkit.tier_rank_rebuild', 'on', true);
+    update groundkit.tiers t set rank = set_tier_rank.rank where t.name = set_tier_rank.tier;
+    perform set_config('groundkit.tier_rank_rebuild', 'off', true);
+    return groundkit.rebuild();
+end
+$$;
+
 -- Whether the pgvector extension can be used on this server (dense features need it).
 create or replace function groundkit.pgvector_available() returns boolean
 language sql stable

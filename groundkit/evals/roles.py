@@ -145,6 +145,7 @@ ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "rebuild": ("select groundkit.rebuild()", ()),
     "state_checksum": ("select groundkit.state_checksum()", ()),
     "_materialize_many": ("select groundkit._materialize_many(%s)", (["p1"],)),
+    "set_tier_rank": ("select groundkit.set_tier_rank(%s, %s)", ("T3", 7)),
     "_restat_space": ("select groundkit._restat_space(%s)", ("board",)),
     "log UPDATE": ("update groundkit.content_log set body = 'x'", ()),
 }
