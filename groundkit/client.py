@@ -325,3 +325,10 @@ class Groundkit:
     def rebuild(self) -> int:
         """Recompute every derived view from the log; returns the number of objects."""
         return int(self._scalar("select groundkit.rebuild()", {}))
+
+    def set_tier_rank(self, tier: str, rank: int) -> int:
+        """Change a tier's rank and rebuild the derived rows that carry it, in one transaction;
+        returns the number of objects rebuilt."""
+        _no_nul(tier=tier)
+        return int(self._scalar("select groundkit.set_tier_rank(tier => %(tier)s, rank => %(rank)s)",
+                                {"tier": tier, "rank": rank}))

@@ -7,7 +7,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from groundkit import Groundkit
+from groundkit import Groundkit, InvalidArgument, UnknownTier
 
 Raw = psycopg.Connection[tuple[Any, ...]]
 
@@ -68,7 +68,7 @@ def test_set_tier_rank_rebuilds_so_nothing_goes_missing(tiered: Groundkit, raw: 
     # Without the rebuild, a T2 reader would read bucket 5 and 6 lists that hold nothing and miss
     # t2post (measured before the guard existed).
     assert raw.execute("select groundkit.set_tier_rank('T3', 6)").fetchone() == (3,)
-    assert raw.execute("select groundkit.set_tier_rank('T2', 5)").fetchone() == (3,)
+    assert tiered.set_tier_rank("T2", 5) == 3
     assert (rank(raw, "T2"), rank(raw, "T3")) == (5, 6)
     assert visible(tiered, "t1") == {"t1post"}
     assert visible(tiered, "t2") == {"t1post", "t2post"}
@@ -93,3 +93,12 @@ def test_set_tier_rank_rejects_bad_input_and_changes_nothing(tiered: Groundkit, 
     assert err.value.sqlstate == sqlstate
     assert rank(raw, "T2") == 2
     assert tiered.state_checksum() == before
+
+
+def test_python_api_maps_set_tier_rank_errors(tiered: Groundkit) -> None:
+    with pytest.raises(UnknownTier):
+        tiered.set_tier_rank("T9", 5)
+    with pytest.raises(InvalidArgument):
+        tiered.set_tier_rank("T2", -1)
+    with pytest.raises(InvalidArgument):
+        tiered.set_tier_rank("T\x002", 5)
