@@ -71,8 +71,11 @@ as $$
 declare
     taken text;
 begin
-    -- Writers that have read the tiers finish first; the ones after us see the new rank.
-    lock table groundkit.tiers in access exclusive mode;
+    -- No lock on tiers beyond the row update: writers read tiers without locks, and some read
+    -- them after locking objects, so an exclusive lock here could deadlock with them. rebuild()'s
+    -- truncate orders us with writers: one that already holds the derived tables finishes first
+    -- and is rebuilt from the log below; one that waits for them plans its statements after we
+    -- commit, with a snapshot that sees the new rank.
     perform groundkit._tier_rank(set_tier_rank.tier);
     if set_tier_rank.rank is null or set_tier_rank.rank < 0 then
         raise exception 'rank must be a non-negative integer (got %)', coalesce(set_tier_rank.rank::text, 'NULL')
