@@ -7,7 +7,8 @@ process, so what another connection commits counts from the next call.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -69,6 +70,7 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
 
 
 _M = TypeVar("_M", bound=BaseModel)
+_REBUILD_PROGRESS = re.compile(r"groundkit\.rebuild: (\d+) of (\d+) objects")
 
 
 def _validated(model: type[_M], data: dict[str, Any]) -> _M:
@@ -322,9 +324,29 @@ class Groundkit:
     def state_checksum(self) -> str:
         return str(self._scalar("select groundkit.state_checksum()", {}))
 
-    def rebuild(self) -> int:
-        """Recompute every derived view from the log; returns the number of objects."""
-        return int(self._scalar("select groundkit.rebuild()", {}))
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Recompute every derived view from the log in one statement (readers and writers wait
+        for it); returns the number of objects. ``progress(done, total)`` is called after each
+        batch of a thousand objects, from the server's DEBUG messages, while the statement runs."""
+        if progress is None:
+            return int(self._scalar("select groundkit.rebuild()", {}))
+
+        def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+            found = _REBUILD_PROGRESS.fullmatch(diag.message_primary or "")
+            if found:
+                progress(int(found[1]), int(found[2]))
+
+        self.conn.add_notice_handler(on_notice)
+        try:
+            with self._errors(), self.conn.transaction():
+                # transaction-local, and put back: the caller's session keeps its own level
+                level = self._scalar("select current_setting('client_min_messages') as level", {})
+                self._fetch("select set_config('client_min_messages', 'debug1', true)", {})
+                n = int(self._scalar("select groundkit.rebuild()", {}))
+                self._fetch("select set_config('client_min_messages', %(level)s, true)", {"level": level})
+                return n
+        finally:
+            self.conn.remove_notice_handler(on_notice)
 
     def set_tier_rank(self, tier: str, rank: int) -> int:
         """Change a tier's rank and rebuild the derived rows that carry it, in one transaction;

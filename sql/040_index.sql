@@ -1,6 +1,8 @@
 -- Derived views: current objects, chunks, postings and BM25 statistics, computed from the
--- content log. groundkit._materialize_many is the only code that writes them, for incremental
--- writes and for groundkit.rebuild() alike. Replaceable.
+-- content log. groundkit._materialize_many is the only code that writes objects, chunks and
+-- postings, for incremental writes and for groundkit.rebuild() alike; the statistics are kept by
+-- its deltas, and rebuild() counts them afresh from the chunks (so rebuild equality also checks
+-- the deltas). Replaceable.
 
 create or replace function groundkit._content_hash(
     content_type text, space_id text, tier_visibility text, title text, body text,
@@ -55,7 +57,14 @@ $$;
 -- Recompute the derived rows of a set of objects from their latest log events: set-based, so
 -- the bulk path and rebuild() write many objects per statement. Callers hold the objects'
 -- locks. Statistics change by one ordered upsert of the net deltas, in this transaction.
-create or replace function groundkit._materialize_many(p_ids text[]) returns void
+-- rebuild() alone passes p_rebuilding => true: it emptied the derived tables in this
+-- transaction, so there are no old chunks to replace (the plans cached for reading them were
+-- made on an empty table: sequential scans, quadratic over a rebuild), and it counts the
+-- statistics once at the end (upserting the same counter rows batch after batch in one
+-- transaction leaves version chains that every later upsert walks). docs/bm25.md, "Rebuild".
+drop function if exists groundkit._materialize_many(text[]);
+create or replace function groundkit._materialize_many(p_ids text[], p_rebuilding boolean default false)
+returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 -- Planning these statements afresh for every call (custom plans) cost about 2 ms per object,
@@ -75,7 +84,7 @@ declare
 begin
     -- A new object has no chunks to replace: one statement instead of four (a one-object write
     -- runs about twenty statements, and each costs its executor start-up).
-    if exists (select 1 from groundkit.chunks c where c.object_id = any (p_ids)) then
+    if not p_rebuilding and exists (select 1 from groundkit.chunks c where c.object_id = any (p_ids)) then
         -- Statistics contributed by the chunks about to be replaced (their lexemes are exactly
         -- their postings' terms).
         select coalesce(array_agg(u.lexeme), '{}'), coalesce(array_agg(c.stat_scope), '{}')
@@ -173,6 +182,10 @@ begin
     -- in index order: neighbouring rows land on the same index pages (bulk put_objects 1.3-1.4x
     -- faster at 1M chunks, measured in docs/bm25.md)
      order by u.lexeme, c.chunk_id;
+
+    if p_rebuilding then
+        return;
+    end if;
 
     -- The net change to the statistics, as one statement ordered by key: two writers lock
     -- counter rows of a shard in the same order and cannot deadlock on them.

@@ -9,33 +9,42 @@ as $$
 $$;
 
 -- A digest of every derived row (objects, chunks, postings, statistics summed over shards),
--- independent of surrogate keys and physical order.
+-- independent of surrogate keys and physical order. Lines are hashed in 4,096 buckets (by their
+-- md5), each bucket's sorted lines digested alone and the digests digested in bucket order: one
+-- string of every line exceeded PostgreSQL's 1 GB limit at a million chunks.
 create or replace function groundkit.state_checksum() returns text
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select encode(sha256(convert_to(coalesce(string_agg(x.line, E'\n' order by x.line), ''), 'UTF8')), 'hex')
+    select encode(sha256(convert_to(coalesce(string_agg(b.digest, E'\n' order by b.bucket), ''), 'UTF8')), 'hex')
       from (
-        select concat_ws('|', 'o', o.object_id, o.version, o.state, o.content_type, o.space_id,
-                         o.tier_visibility, o.title, o.owner_sub, o.owner_only, o.metadata::text,
-                         o.content_hash) as line
-          from groundkit.objects o
-        union all
-        select concat_ws('|', 'c', c.object_id, c.chunk_seq, c.object_version, md5(c.content),
-                         c.tsv::text, c.doc_len, coalesce(c.stat_scope::text, '-'), c.start_ms, c.end_ms,
-                         c.chunker_version)
-          from groundkit.chunks c
-        union all
-        select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq, p.term,
-                         p.tf, p.doc_len, p.vis_key, p.imp)
-          from groundkit.postings p left join groundkit.chunks c on c.chunk_id = p.chunk_id
-        union all
-        select concat_ws('|', 't', t.term, t.scope, sum(t.df))
-          from groundkit.term_stats t group by t.term, t.scope having sum(t.df) <> 0
-        union all
-        select concat_ws('|', 's', s.scope, sum(s.n_chunks), sum(s.total_len))
-          from groundkit.scope_stats s group by s.scope having sum(s.n_chunks) <> 0 or sum(s.total_len) <> 0
-      ) x
+        select y.bucket,
+               encode(sha256(convert_to(string_agg(y.line, E'\n' order by y.line), 'UTF8')), 'hex') as digest
+          from (select x.line, left(md5(x.line), 3) as bucket
+                  from (
+                    select concat_ws('|', 'o', o.object_id, o.version, o.state, o.content_type, o.space_id,
+                                     o.tier_visibility, o.title, o.owner_sub, o.owner_only, o.metadata::text,
+                                     o.content_hash) as line
+                      from groundkit.objects o
+                    union all
+                    select concat_ws('|', 'c', c.object_id, c.chunk_seq, c.object_version, md5(c.content),
+                                     c.tsv::text, c.doc_len, coalesce(c.stat_scope::text, '-'), c.start_ms,
+                                     c.end_ms, c.chunker_version)
+                      from groundkit.chunks c
+                    union all
+                    select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq,
+                                     p.term, p.tf, p.doc_len, p.vis_key, p.imp)
+                      from groundkit.postings p left join groundkit.chunks c on c.chunk_id = p.chunk_id
+                    union all
+                    select concat_ws('|', 't', t.term, t.scope, sum(t.df))
+                      from groundkit.term_stats t group by t.term, t.scope having sum(t.df) <> 0
+                    union all
+                    select concat_ws('|', 's', s.scope, sum(s.n_chunks), sum(s.total_len))
+                      from groundkit.scope_stats s group by s.scope
+                    having sum(s.n_chunks) <> 0 or sum(s.total_len) <> 0
+                  ) x) y
+         group by y.bucket
+      ) b
 $$;
 
 -- Recompute every derived view from the log. Readers and writers wait for it (it truncates).
@@ -45,19 +54,41 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     n bigint := 0;
-    ids text[];
+    b record;
 begin
     truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
              groundkit.scope_stats;
-    -- Set-based, a thousand objects per statement batch.
-    for ids in select array_agg(x.object_id order by x.object_id)
-                 from (select distinct l.object_id from groundkit.content_log l) x
-                group by hashtext(x.object_id) % greatest(1, (select count(distinct l.object_id) / 1000
-                                                               from groundkit.content_log l)::integer)
+    -- Objects, chunks and postings set-based, a thousand objects (in id order) per statement
+    -- batch. Progress goes out as DEBUG messages 'groundkit.rebuild: <done> of <total> objects'
+    -- (Groundkit.rebuild(progress=...) and `groundkit rebuild` show them).
+    for b in select array_agg(x.object_id order by x.object_id) as ids, max(x.total) as total
+               from (select l.object_id, (dense_rank() over (order by l.object_id) - 1) / 1000 as batch,
+                            count(*) over () as total
+                       from (select distinct c.object_id from groundkit.content_log c) l) x
+              group by x.batch
+              order by x.batch
     loop
-        perform groundkit._materialize_many(ids);
-        n := n + cardinality(ids);
+        perform groundkit._materialize_many(b.ids, p_rebuilding => true);
+        n := n + cardinality(b.ids);
+        raise debug 'groundkit.rebuild: % of % objects', n, b.total;
     end loop;
+    raise debug 'groundkit.rebuild: statistics';
+    -- The statistics, counted once from the chunks: the same rows the writers' deltas sum to, in
+    -- shard 0 (upserted batch by batch in this one transaction, each counter row grew a version
+    -- chain that every later upsert walked).
+    insert into groundkit.term_stats (term, scope, shard, df)
+    select u.lexeme, c.stat_scope, 0, count(*)
+      from groundkit.chunks c
+     cross join lateral unnest(c.tsv) u
+     where c.stat_scope is not null
+     group by u.lexeme, c.stat_scope
+     order by u.lexeme, c.stat_scope;
+    insert into groundkit.scope_stats (scope, shard, n_chunks, total_len)
+    select c.stat_scope, 0, count(*), sum(c.doc_len)
+      from groundkit.chunks c
+     where c.stat_scope is not null
+     group by c.stat_scope
+     order by c.stat_scope;
     return n;
 end
 $$;

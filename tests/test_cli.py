@@ -118,3 +118,17 @@ def test_db_url_status_stop_manage_the_embedded_server(tmp_path: Path) -> None:
     assert stopped.exit_code == 0 and "stopped" in stopped.output
     after = runner.invoke(app, ["db", "status"], env=env)
     assert "running:        no" in after.output and "initialised:    yes" in after.output
+
+
+def test_rebuild_reports_objects(dsn: str) -> None:
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_object("p1", 1, "board_post", "commons", "T0", "t", "loom weaving")
+        gk.put_object("p2", 1, "board_post", "commons", "T0", "t", "indigo dye")
+        gk.delete_object("p2", 2)
+        checksum = gk.state_checksum()
+    result = runner.invoke(app, ["rebuild", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    assert "rebuilt 2 object(s)" in result.output
+    with Groundkit.connect(dsn) as gk:
+        assert gk.state_checksum() == checksum

@@ -125,6 +125,23 @@ def ingest(
 
 @app.command()
 @handle_errors
+def rebuild(dsn: DsnOption = None) -> None:
+    """Recompute every derived view (objects, chunks, postings, statistics) from the log, in one
+    transaction, with progress. Readers and writers wait for it."""
+    with Groundkit.connect(dsn) as gk, Progress(
+        TextColumn("rebuild"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+    ) as progress:
+        task = progress.add_task("rebuild", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        n = gk.rebuild(progress=advance)
+    out.print(f"rebuilt {n} object(s) from the log")
+
+
+@app.command()
+@handle_errors
 def search(
     query: Annotated[str, typer.Argument(help="Plain text; search syntax has no special meaning.")],
     as_: Annotated[str, typer.Option("--as", help="The reader's member_sub.")],
