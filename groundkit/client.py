@@ -330,13 +330,24 @@ class Groundkit:
         """Recompute every derived view from the log in one statement (readers and writers wait
         for it); returns the number of objects. ``progress(done, total)`` is called after each
         batch of a thousand objects, from the server's DEBUG messages, while the statement runs."""
+        return self._rebuilding("select groundkit.rebuild()", {}, progress)
+
+    def set_tier_rank(self, tier: str, rank: int, progress: Callable[[int, int], None] | None = None) -> int:
+        """Change a tier's rank and rebuild the derived rows that carry it, in one transaction;
+        returns the number of objects rebuilt. ``progress`` as for :meth:`rebuild`."""
+        _no_nul(tier=tier)
+        return self._rebuilding("select groundkit.set_tier_rank(tier => %(tier)s, rank => %(rank)s)",
+                                {"tier": tier, "rank": rank}, progress)
+
+    def _rebuilding(self, query: str, params: dict[str, Any], progress: Callable[[int, int], None] | None) -> int:
         if progress is None:
-            return int(self._scalar("select groundkit.rebuild()", {}))
+            return int(self._scalar(query, params))
+        report = progress
 
         def on_notice(diag: psycopg.errors.Diagnostic) -> None:
             found = _REBUILD_PROGRESS.fullmatch(diag.message_primary or "")
             if found:
-                progress(int(found[1]), int(found[2]))
+                report(int(found[1]), int(found[2]))
 
         self.conn.add_notice_handler(on_notice)
         try:
@@ -344,15 +355,8 @@ class Groundkit:
                 # transaction-local, and put back: the caller's session keeps its own level
                 level = self._scalar("select current_setting('client_min_messages') as level", {})
                 self._fetch("select set_config('client_min_messages', 'debug1', true)", {})
-                n = int(self._scalar("select groundkit.rebuild()", {}))
+                n = int(self._scalar(query, params))
                 self._fetch("select set_config('client_min_messages', %(level)s, true)", {"level": level})
                 return n
         finally:
             self.conn.remove_notice_handler(on_notice)
-
-    def set_tier_rank(self, tier: str, rank: int) -> int:
-        """Change a tier's rank and rebuild the derived rows that carry it, in one transaction;
-        returns the number of objects rebuilt."""
-        _no_nul(tier=tier)
-        return int(self._scalar("select groundkit.set_tier_rank(tier => %(tier)s, rank => %(rank)s)",
-                                {"tier": tier, "rank": rank}))

@@ -68,7 +68,9 @@ def test_set_tier_rank_rebuilds_so_nothing_goes_missing(tiered: Groundkit, raw: 
     # Without the rebuild, a T2 reader would read bucket 5 and 6 lists that hold nothing and miss
     # t2post (measured before the guard existed).
     assert raw.execute("select groundkit.set_tier_rank('T3', 6)").fetchone() == (3,)
-    assert tiered.set_tier_rank("T2", 5) == 3
+    calls: list[tuple[int, int]] = []
+    assert tiered.set_tier_rank("T2", 5, progress=lambda done, total: calls.append((done, total))) == 3
+    assert calls == [(3, 3)]
     assert (rank(raw, "T2"), rank(raw, "T3")) == (5, 6)
     assert visible(tiered, "t1") == {"t1post"}
     assert visible(tiered, "t2") == {"t1post", "t2post"}
@@ -98,6 +100,10 @@ def test_set_tier_rank_rejects_bad_input_and_changes_nothing(tiered: Groundkit, 
 def test_python_api_maps_set_tier_rank_errors(tiered: Groundkit) -> None:
     with pytest.raises(UnknownTier):
         tiered.set_tier_rank("T9", 5)
+    level = tiered.conn.execute("show client_min_messages").fetchone()
+    with pytest.raises(UnknownTier):  # with progress: the same error, the session's level kept
+        tiered.set_tier_rank("T9", 5, progress=lambda done, total: None)
+    assert tiered.conn.execute("show client_min_messages").fetchone() == level
     with pytest.raises(InvalidArgument):
         tiered.set_tier_rank("T2", -1)
     with pytest.raises(InvalidArgument):
