@@ -88,6 +88,30 @@ def test_ingest_shows_statuses(dsn: str, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "bad.jsonl:1" in result.output
 
 
+def test_ingest_in_batches(dsn: str, tmp_path: Path) -> None:
+    """--batch writes through put_objects; an object seen twice goes to the next batch, so a
+    file's repeated write still reads as a duplicate; a failing batch names where it stopped."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+    line = {"version": 1, "content_type": "board_post", "space_id": "commons", "tier_visibility": "T0",
+            "title": "t", "body": "loom"}
+    rows = [{**line, "object_id": f"p{i}"} for i in range(7)] + [{**line, "object_id": "p3"}]
+    path = tmp_path / "objects.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), "--batch", "3", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    assert "1 duplicate" in result.output and "7 applied" in result.output
+    with Groundkit.connect(dsn) as gk:
+        assert gk.conn.execute("select count(*) as n from groundkit.objects").fetchone() == {"n": 7}
+    clash = [{**line, "object_id": "q1"}, {**line, "object_id": "p5", "body": "other text"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in clash), encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), "--batch", "2", "--dsn", dsn])
+    assert result.exit_code == 1 and "GK001" in result.output and "stopped at object 1 of 2" in result.output
+    with Groundkit.connect(dsn) as gk:  # the failing batch wrote nothing
+        written = gk.conn.execute("select count(*) as n from groundkit.objects where object_id = 'q1'").fetchone()
+        assert written == {"n": 0}
+
+
 def test_demo_runs_end_to_end(server_dsn: str) -> None:
     """The main job: the demo on a real server, in its own database."""
     result = runner.invoke(app, ["demo", "--dsn", server_dsn], env={"COLUMNS": "120"})

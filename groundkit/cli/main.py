@@ -18,7 +18,7 @@ from groundkit.cli import eval as eval_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
-from groundkit.errors import ConfigError, InvalidArgument
+from groundkit.errors import ConfigError, GroundkitError, InvalidArgument
 from groundkit.models import ContentObject
 
 app = typer.Typer(
@@ -101,9 +101,11 @@ def put_space(
 def ingest(
     path: Annotated[Path, typer.Argument(help="JSON Lines file, one put_object payload per line.", exists=True,
                                          dir_okay=False, readable=True)],
+    batch: Annotated[int, typer.Option("--batch", min=1, max=5000,
+                                       help="Objects per transaction (put_objects); 1 writes each object alone.")] = 1,
     dsn: DsnOption = None,
 ) -> None:
-    """Write objects from a JSON Lines file, one transaction per object, with progress."""
+    """Write objects from a JSON Lines file, one transaction per object (or per --batch), with progress."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     objects = []
     for n, line in enumerate(lines, start=1):
@@ -111,15 +113,33 @@ def ingest(
             objects.append(ContentObject.model_validate_json(line))
         except ValueError as exc:
             raise InvalidArgument(f"{path}:{n}: {exc}") from None
+    # Consecutive objects per transaction; an object_id seen twice starts a new batch (put_objects
+    # takes each object once per call), so the file's order of writes is kept.
+    batches: list[list[ContentObject]] = []
+    ids: set[str] = set()
+    for obj in objects:
+        if not batches or len(batches[-1]) >= batch or obj.object_id in ids:
+            batches.append([])
+            ids = set()
+        batches[-1].append(obj)
+        ids.add(obj.object_id)
     counts: dict[str, int] = {}
+    done = 0
     with Groundkit.connect(dsn) as gk, Progress(
         TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
     ) as progress:
         task = progress.add_task("ingest", total=len(objects))
-        for obj in objects:
-            result = gk.put(obj)
-            counts[result.status.value] = counts.get(result.status.value, 0) + 1
-            progress.advance(task)
+        for group in batches:
+            try:
+                results = [gk.put(group[0])] if batch == 1 else gk.put_objects(group)
+            except GroundkitError:
+                err.print(f"stopped at object {done + 1} of {len(objects)} ({group[0].object_id!r}); "
+                          f"the {done} before it are written", highlight=False)
+                raise
+            for result in results:
+                counts[result.status.value] = counts.get(result.status.value, 0) + 1
+            done += len(group)
+            progress.advance(task, len(group))
     out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to ingest")
 
 
