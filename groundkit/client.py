@@ -70,7 +70,7 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
 
 
 _M = TypeVar("_M", bound=BaseModel)
-_REBUILD_PROGRESS = re.compile(r"groundkit\.rebuild: (\d+) of (\d+) objects")
+_PROGRESS = re.compile(r"groundkit\.(?:rebuild|set_tier_rank): (\d+) of (\d+) (?:objects|spaces)")
 
 
 def _validated(model: type[_M], data: dict[str, Any]) -> _M:
@@ -330,22 +330,25 @@ class Groundkit:
         """Recompute every derived view from the log in one statement (readers and writers wait
         for it); returns the number of objects. ``progress(done, total)`` is called after each
         batch of a thousand objects, from the server's DEBUG messages, while the statement runs."""
-        return self._rebuilding("select groundkit.rebuild()", {}, progress)
+        return self._with_progress("select groundkit.rebuild()", {}, progress)
 
     def set_tier_rank(self, tier: str, rank: int, progress: Callable[[int, int], None] | None = None) -> int:
-        """Change a tier's rank and rebuild the derived rows that carry it, in one transaction;
-        returns the number of objects rebuilt. ``progress`` as for :meth:`rebuild`."""
+        """Change a tier's rank and move the chunks whose statistics scope and postings bucket
+        carry it, in one transaction; returns the number of chunks moved. Searches go on;
+        writers wait. ``progress(done, total)`` is called after each space whose content it
+        checked."""
         _no_nul(tier=tier)
-        return self._rebuilding("select groundkit.set_tier_rank(tier => %(tier)s, rank => %(rank)s)",
-                                {"tier": tier, "rank": rank}, progress)
+        return self._with_progress("select groundkit.set_tier_rank(tier => %(tier)s, rank => %(rank)s)",
+                                   {"tier": tier, "rank": rank}, progress)
 
-    def _rebuilding(self, query: str, params: dict[str, Any], progress: Callable[[int, int], None] | None) -> int:
+    def _with_progress(self, query: str, params: dict[str, Any], progress: Callable[[int, int], None] | None) -> int:
+        """Run a long admin call; its DEBUG progress messages reach ``progress`` as they come."""
         if progress is None:
             return int(self._scalar(query, params))
         report = progress
 
         def on_notice(diag: psycopg.errors.Diagnostic) -> None:
-            found = _REBUILD_PROGRESS.fullmatch(diag.message_primary or "")
+            found = _PROGRESS.fullmatch(diag.message_primary or "")
             if found:
                 report(int(found[1]), int(found[2]))
 

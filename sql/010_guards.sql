@@ -93,7 +93,7 @@ create or replace trigger chunks_current_version
 -- A tier's rank is stamped into derived rows: the statistics scope and postings bucket of every
 -- chunk whose object or space names the tier. Changing it underneath them would leave readers
 -- reading the wrong buckets (missing results) and statistics in the wrong scopes, so it is only
--- allowed through groundkit.set_tier_rank(), which rebuilds them in the same transaction. A tier
+-- allowed through groundkit.set_tier_rank(), which moves them in the same transaction. A tier
 -- that stored objects name can be neither renamed nor deleted (their log rows name it).
 create or replace function groundkit._tiers_guard() returns trigger
 language plpgsql
@@ -118,7 +118,7 @@ begin
        and (by_objects or exists (select 1 from groundkit.spaces s where s.min_tier = old.name)) then
         raise exception 'the rank of tier % is stamped into the statistics scopes and postings of stored content',
             old.name using errcode = 'GK007',
-            hint = 'Use groundkit.set_tier_rank(tier, rank), which rebuilds them in the same transaction.';
+            hint = 'Use groundkit.set_tier_rank(tier, rank), which moves them in the same transaction.';
     end if;
     return new;
 end

@@ -93,20 +93,30 @@ begin
 end
 $$;
 
--- Change a tier's rank and recompute every derived row that carries it (statistics scopes,
--- postings buckets), in one transaction: a rebuild, so readers and writers wait for it.
+-- Change a tier's rank and move every chunk whose statistics scope and postings bucket were
+-- stamped from it (content of that tier, or in a space whose minimum tier it is) to the scope the
+-- new rank gives, with the statistics, in one transaction. Returns the number of chunks moved.
+-- Readers are not blocked (they see the old ranks and scopes or the new ones, never a mix);
+-- writers of objects and put_space wait until it commits.
 create or replace function groundkit.set_tier_rank(tier text, rank integer) returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     taken text;
+    spaces text[];
+    i integer;
+    moved bigint := 0;
+    n bigint;
 begin
-    -- No lock on tiers beyond the row update: writers read tiers without locks, and some read
-    -- them after locking objects, so an exclusive lock here could deadlock with them. rebuild()'s
-    -- truncate orders us with writers: one that already holds the derived tables finishes first
-    -- and is rebuilt from the log below; one that waits for them plans its statements after we
-    -- commit, with a snapshot that sees the new rank.
+    -- Locks, first thing, so that nothing is held that a waiting writer could need. Object
+    -- writers lock object rows (ROW SHARE or more on objects): EXCLUSIVE waits for those in
+    -- flight and holds back new ones, whose statements then plan and snapshot after our commit
+    -- and see the new rank. put_space writes its space row (ROW EXCLUSIVE on spaces): SHARE
+    -- waits for one in flight and holds back new ones. Plain reads (searches) take ACCESS SHARE,
+    -- which neither lock blocks.
+    lock table groundkit.objects in exclusive mode;
+    lock table groundkit.spaces in share mode;
     perform groundkit._tier_rank(set_tier_rank.tier);
     if set_tier_rank.rank is null or set_tier_rank.rank < 0 then
         raise exception 'rank must be a non-negative integer (got %)', coalesce(set_tier_rank.rank::text, 'NULL')
@@ -121,7 +131,24 @@ begin
     perform set_config('groundkit.tier_rank_rebuild', 'on', true);
     update groundkit.tiers t set rank = set_tier_rank.rank where t.name = set_tier_rank.tier;
     perform set_config('groundkit.tier_rank_rebuild', 'off', true);
-    return groundkit.rebuild();
+    -- A chunk's scope is greatest(rank of its object's tier, rank of its space's minimum tier)
+    -- (null for private and owner-only content): only chunks whose object or space names this
+    -- tier can move. _restat_space moves a space's chunks to the scopes the live ranks give.
+    -- Progress: DEBUG messages 'groundkit.set_tier_rank: <done> of <total> spaces'.
+    select coalesce(array_agg(x.space_id order by x.space_id), '{}') into spaces
+      from (select s.space_id from groundkit.spaces s where s.min_tier = set_tier_rank.tier
+            union
+            select o.space_id from groundkit.objects o
+             where o.tier_visibility = set_tier_rank.tier and o.state = 'live') x;
+    for i in 1 .. cardinality(spaces) loop
+        select count(*) into n from groundkit._space_scope_changes(spaces[i]);
+        if n > 0 then
+            perform groundkit._restat_space(spaces[i]);
+            moved := moved + n;
+        end if;
+        raise debug 'groundkit.set_tier_rank: % of % spaces', i, cardinality(spaces);
+    end loop;
+    return moved;
 end
 $$;
 
