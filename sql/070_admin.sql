@@ -56,6 +56,9 @@ declare
     n bigint := 0;
     b record;
 begin
+    -- objects first, as writers lock them: the truncate alone took postings and chunks first,
+    -- and a writer that had locked its object row and then wanted them deadlocked with it.
+    lock table groundkit.objects in access exclusive mode;
     truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
              groundkit.scope_stats;
     -- Objects, chunks and postings set-based, a thousand objects (in id order) per statement

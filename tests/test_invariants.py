@@ -4,6 +4,7 @@ the derived views, the deferred chunk/version foreign key, and rebuild/checksum 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -334,3 +335,34 @@ def test_rebuild_in_batches(community: Groundkit) -> None:
     after = all_results(gk)
     for key in before:
         assert same_up_to_ties(after[key], before[key]), key
+
+
+def test_rebuild_waits_for_a_writer_holding_an_object(community: Groundkit, dsn: str) -> None:
+    """A writer that holds an object row and then writes derived rows finishes before a rebuild
+    that started meanwhile (the rebuild locks objects first, as writers do); the two used to
+    deadlock when the rebuild's truncate took postings and chunks first."""
+    gk = community
+    gk.put_object("a", 1, "board_post", "open", "T0", "Loom", "weaving on a loom")
+    writer = psycopg.connect(dsn)
+    outcome: dict[str, object] = {}
+
+    def rebuild() -> None:
+        with Groundkit.connect(dsn) as admin:
+            try:
+                outcome["rebuilt"] = admin.rebuild()
+            except GroundkitError as exc:
+                outcome["error"] = exc.sqlstate
+
+    try:
+        writer.execute("select 1 from groundkit.objects where object_id = 'a' for update")
+        thread = threading.Thread(target=rebuild)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # waiting for the writer
+        writer.execute("select groundkit.put_object('a', 2, 'board_post', 'open', 'T0', 'Loom', 'a floor loom')")
+        writer.commit()
+        thread.join(30)
+    finally:
+        writer.close()
+    assert outcome == {"rebuilt": 1}
+    assert {h.object_version for h in gk.search("t0", "loom")} == {2}
