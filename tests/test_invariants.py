@@ -327,10 +327,17 @@ def test_rebuild_in_batches(community: Groundkit) -> None:
     before = all_results(gk)
     checksum = gk.state_checksum()
     level = gk.conn.execute("show client_min_messages").fetchone()
+    indexes = """select c.relname, pg_get_indexdef(i.indexrelid), coalesce(pg_get_constraintdef(k.oid), '')
+                   from pg_index i join pg_class c on c.oid = i.indexrelid
+                   left join pg_constraint k on k.conindid = i.indexrelid
+                  where i.indrelid = 'groundkit.postings'::regclass order by 1"""
+    postings_indexes = gk.conn.execute(indexes).fetchall()
+    assert len(postings_indexes) == 2
     calls: list[tuple[int, int]] = []
     assert gk.rebuild(progress=lambda done, total: calls.append((done, total))) == 2345
     assert calls == [(1000, 2345), (2000, 2345), (2345, 2345)]
     assert gk.conn.execute("show client_min_messages").fetchone() == level  # the session's level is back
+    assert gk.conn.execute(indexes).fetchall() == postings_indexes  # dropped for the load, built again
     assert gk.state_checksum() == checksum
     after = all_results(gk)
     for key in before:
