@@ -149,12 +149,14 @@ def rebuild(dsn: DsnOption = None) -> None:
     """Recompute every derived view (objects, chunks, postings, statistics) from the log, in one
     transaction, with progress. Readers and writers wait for it."""
     with Groundkit.connect(dsn) as gk, Progress(
-        TextColumn("rebuild"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
     ) as progress:
         task = progress.add_task("rebuild", total=None)
 
         def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            # after the last batch: the postings' indexes, the statistics and the commit
+            label = "rebuild: indexes, statistics, commit" if done >= total else "rebuild"
+            progress.update(task, completed=done, total=total, description=label)
 
         n = gk.rebuild(progress=advance)
     out.print(f"rebuilt {n} object(s) from the log")
