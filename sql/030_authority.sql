@@ -65,13 +65,24 @@ as $$
            case when s.private or o.owner_only then null else greatest(ot.rank, st.rank) end
 $$;
 
--- Move a space's chunks between statistics scopes after its policy changed.
-create or replace function groundkit._restat_space(p_space_id text) returns void
+-- Move a space's chunks between statistics scopes after its policy (or a tier's rank) changed;
+-- returns how many chunks moved.
+do $drop$
+begin
+    -- it returned void before; a return type cannot be changed in place
+    if (select p.prorettype = 'void'::regtype from pg_catalog.pg_proc p
+         where p.oid = to_regprocedure('groundkit._restat_space(text)')) then
+        drop function groundkit._restat_space(text);
+    end if;
+end
+$drop$;
+create or replace function groundkit._restat_space(p_space_id text) returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
+    moved bigint;
 begin
     insert into groundkit.term_stats as t (term, scope, shard, df)
     select u.lexeme, d.scope, my_shard, sum(d.delta)
@@ -112,6 +123,8 @@ begin
     update groundkit.chunks c set stat_scope = x.new_scope
       from groundkit._space_scope_changes(p_space_id) x
      where c.chunk_id = x.chunk_id;
+    get diagnostics moved = row_count;
+    return moved;
 end
 $$;
 

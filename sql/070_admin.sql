@@ -137,7 +137,6 @@ declare
     spaces text[];
     i integer;
     moved bigint := 0;
-    n bigint;
 begin
     -- Locks, first thing, so that nothing is held that a waiting writer could need. Object
     -- writers lock object rows (ROW SHARE or more on objects): EXCLUSIVE waits for those in
@@ -171,11 +170,7 @@ begin
             select o.space_id from groundkit.objects o
              where o.tier_visibility = set_tier_rank.tier and o.state = 'live') x;
     for i in 1 .. cardinality(spaces) loop
-        select count(*) into n from groundkit._space_scope_changes(spaces[i]);
-        if n > 0 then
-            perform groundkit._restat_space(spaces[i]);
-            moved := moved + n;
-        end if;
+        moved := moved + groundkit._restat_space(spaces[i]);
         raise debug 'groundkit.set_tier_rank: % of % spaces', i, cardinality(spaces);
     end loop;
     return moved;
