@@ -114,7 +114,7 @@ begin
             using errcode = 'GK007', hint = 'Add a tier under the new name and retier the objects.';
     end if;
     if new.rank is distinct from old.rank
-       and coalesce(current_setting('groundkit.tier_rank_rebuild', true), '') <> 'on'
+       and coalesce(current_setting('groundkit.tier_rank_change', true), '') <> 'on'
        and (by_objects or exists (select 1 from groundkit.spaces s where s.min_tier = old.name)) then
         raise exception 'the rank of tier % is stamped into the statistics scopes and postings of stored content',
             old.name using errcode = 'GK007',

@@ -157,9 +157,9 @@ begin
         raise exception 'rank % is the rank of tier %', set_tier_rank.rank, taken using errcode = 'GK005',
             hint = 'Ranks are unique; move the other tier first.';
     end if;
-    perform set_config('groundkit.tier_rank_rebuild', 'on', true);
+    perform set_config('groundkit.tier_rank_change', 'on', true);
     update groundkit.tiers t set rank = set_tier_rank.rank where t.name = set_tier_rank.tier;
-    perform set_config('groundkit.tier_rank_rebuild', 'off', true);
+    perform set_config('groundkit.tier_rank_change', 'off', true);
     -- A chunk's scope is greatest(rank of its object's tier, rank of its space's minimum tier)
     -- (null for private and owner-only content): only chunks whose object or space names this
     -- tier can move. _restat_space moves a space's chunks to the scopes the live ranks give.
