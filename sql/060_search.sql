@@ -168,7 +168,9 @@ drop function if exists groundkit._search_pruned(text, text, integer, text[], te
 -- of at least cut_t(g) (the other terms add at most their maxima). Some terms whose maxima sum
 -- below g are probed (primary-key lookups) for the candidates the others' ranges give; the
 -- rest are read down to their cuts. Every chunk scoring >= g is then found with its exact
--- score. Too few visible ones: the guess was too high; lower it and go again.
+-- score. Too few visible ones: the guess was too high; lower it and go again, by a new round or,
+-- when the last one failed only by a gap below its cuts, by extending it (reading only the
+-- postings between the new cuts and the old ones).
 --
 -- Pruned rounds (one term). Each (term, visibility bucket) postings list is read in impact
 -- order (postings_impact_idx), depths[t] postings deep (per term), only from the buckets the
@@ -186,9 +188,10 @@ drop function if exists groundkit._search_pruned(text, text, integer, text[], te
 --
 -- Nothing caps any depth, so a selective reader still gets k rows when k exist. Queries whose
 -- lists are short are scanned whole instead (one aggregate, below). strategy (tests and
--- benchmarks) forces one: 'scan', 'threshold' or 'rounds'. Without it, start_depth 0 forces the
--- scan and a positive start_depth the pruned rounds, starting that deep; with 'threshold' it is
--- how deep the first lower bound reads (0: none).
+-- benchmarks) forces one: 'scan', 'threshold' or 'rounds' ('extend': the threshold rounds,
+-- extending a round whenever that is allowed, whatever it costs). Without it, start_depth 0
+-- forces the scan and a positive start_depth the pruned rounds, starting that deep; with
+-- 'threshold' or 'extend' it is how deep the first lower bound reads (0: none).
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
@@ -270,11 +273,24 @@ declare
     j integer;
     c_known double precision[];
     theta double precision;
+    -- extending the last threshold round instead of running a new one
+    incr boolean;
+    e_ids bigint[];
+    e_known double precision[];
+    e_dl integer[];
+    e_cuts double precision[];
+    e_thr double precision;
+    e_gap boolean;
+    e_reads double precision;
+    e_cand double precision;
+    e_counted double precision;
+    dn double precision;
+    n_new bigint;
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
-       and _search_pruned.strategy not in ('scan', 'threshold', 'rounds') then
-        raise exception 'strategy must be scan, threshold or rounds (got %)', quote_literal(_search_pruned.strategy)
+       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'rounds') then
+        raise exception 'strategy must be scan, threshold, extend or rounds (got %)', quote_literal(_search_pruned.strategy)
             using errcode = 'GK005';
     end if;
     -- fail closed: no reader row, no results
@@ -323,7 +339,7 @@ begin
     -- any bookkeeping. One term: the pruned rounds (k postings deep is usually enough). Otherwise
     -- the threshold rounds (docs/bm25.md, measured).
     v_strategy := coalesce(
-        _search_pruned.strategy,
+        case when _search_pruned.strategy = 'extend' then 'threshold' else _search_pruned.strategy end,
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
         case when (select sum(d) from unnest(dfs) as d) <= 20000 then 'scan'
@@ -393,8 +409,43 @@ begin
             guess := greatest(x_lb, 0.9 * tot);
             final := guess <= x_lb;
             loop
+                -- Extend the last round instead of running a new one (docs/bm25.md, "Extending a
+                -- round"): allowed while the guess is at or above the level the last round kept
+                -- chunks down to and the same probed terms stay below it; chosen when the last
+                -- round failed only by a gap below its cuts (had it kept too few chunks, the same
+                -- chunks would be too few again) and the postings between the new cuts and the
+                -- old ones cost less to look up than reading the ranges and probing again.
+                incr := false;
+                if e_thr is not null and guess >= e_thr and p_max < guess * (1 - 1e-9) then
+                    thr_g := guess * (1 - 1e-9);
+                    select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
+                      into cuts
+                      from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
+                    dn := 0;
+                    for j in 1 .. nt loop
+                        if not probe[j] and e_cuts[j] > 0 then
+                            select count(*) into n_one
+                              from (select 1 from groundkit.postings p
+                                     where p.term = t_terms[j] and p.vis_key = any (buckets)
+                                       and p.imp < e_cuts[j] and p.imp >= cuts[j]
+                                     limit 20000) x;
+                            dn := dn + n_one;
+                        end if;
+                    end loop;
+                    -- ('extend', for tests: whenever it is allowed)
+                    -- A new round counts its ranges again (~0.135 us a posting), reads them, and probes
+                    -- every candidate; an extension reads the new postings and looks up the other read
+                    -- terms for the chunks they hold (at most dn).
+                    incr := _search_pruned.strategy = 'extend'
+                            or (e_gap and dn < 20000
+                                and 5 * ((select count(*) from unnest(probe) as x where not x) - 1) * dn
+                                    < 0.135 * e_counted + 0.8 * e_reads
+                                      + 5 * (select count(*) from unnest(probe) as x where x) * e_cand);
+                end if;
+
                 <<plan>>
                 loop
+                    exit plan when incr;
                     thr_g := guess * (1 - 1e-9);
                     -- cuts[t]: the least impact a chunk scoring >= guess can have in t's list
                     select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
@@ -455,28 +506,73 @@ begin
                 -- Read the ranges of the terms not probed, keep the candidates that can still reach
                 -- thr_f (<= thr_g: the others' values give the next guess a lower bound if this one
                 -- fails), then probe the probed terms for them, largest maximum first.
-                thr_f := case when final then thr_g else greatest(x_lb, 0.8 * guess) * (1 - 1e-9) end;
-                with q as (
-                    select x.term, x.w, x.cut
-                      from unnest(t_terms, t_ws, cuts, probe) as x(term, w, cut, pr)
-                     where not x.pr
-                ),
-                cand as (
-                    select p.chunk_id,
-                           sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
-                           max(p.doc_len) as dl
-                      from q
-                      join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
-                     group by p.chunk_id
-                )
-                select coalesce(array_agg(c.chunk_id) filter (where c.known + p_max >= thr_f), '{}'),
-                       coalesce(array_agg(c.known) filter (where c.known + p_max >= thr_f), '{}'),
-                       coalesce(array_agg(c.dl) filter (where c.known + p_max >= thr_f), '{}'),
-                       count(*)
-                  into c_ids, c_known, c_dl, n_read
-                  from cand c;
-                raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
-                    guess, final, cuts, ns, probe, cardinality(c_ids);
+                if incr then
+                    -- The new candidates: chunks with a posting between a read term's new cut and
+                    -- its old one, scored for every term read (the other read terms by lookups:
+                    -- exact), then probed below like any candidate. Kept down to the last round's
+                    -- level.
+                    thr_f := e_thr;
+                    with x as (
+                        select x.term, x.w, x.cut, x.ecut
+                          from unnest(t_terms, t_ws, cuts, e_cuts, probe) as x(term, w, cut, ecut, pr)
+                         where not x.pr
+                    ),
+                    d as (
+                        select p.chunk_id, max(p.doc_len) as dl, array_agg(x.term) as terms,
+                               sum(x.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known
+                          from x
+                          join groundkit.postings p on p.term = x.term and p.vis_key = any (buckets)
+                                                   and p.imp >= x.cut and p.imp < x.ecut
+                         where x.ecut > 0
+                         group by p.chunk_id
+                    ),
+                    s as (
+                        select d.chunk_id, d.dl,
+                               d.known + coalesce(
+                                   (select sum(x.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * d.dl / v_avgdl)))
+                                      from x
+                                      join groundkit.postings pp on pp.term = x.term and pp.chunk_id = d.chunk_id
+                                     where x.term <> all (d.terms)), 0) as known
+                          from d
+                    )
+                    select coalesce(array_agg(s.chunk_id) filter (where s.known + p_max >= thr_f), '{}'),
+                           coalesce(array_agg(s.known) filter (where s.known + p_max >= thr_f), '{}'),
+                           coalesce(array_agg(s.dl) filter (where s.known + p_max >= thr_f), '{}'),
+                           count(*)
+                      into c_ids, c_known, c_dl, n_new
+                      from s;
+                    n_read := n_read + n_new;
+                    e_reads := e_reads + dn;
+                    e_cand := e_cand + cardinality(c_ids);
+                    raise debug 'groundkit pruned: threshold guess % (final %) cuts % extends the last round by % postings, % candidates',
+                        guess, final, cuts, dn, cardinality(c_ids);
+                else
+                    thr_f := case when final then thr_g else greatest(x_lb, 0.8 * guess) * (1 - 1e-9) end;
+                    with q as (
+                        select x.term, x.w, x.cut
+                          from unnest(t_terms, t_ws, cuts, probe) as x(term, w, cut, pr)
+                         where not x.pr
+                    ),
+                    cand as (
+                        select p.chunk_id,
+                               sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
+                               max(p.doc_len) as dl
+                          from q
+                          join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
+                         group by p.chunk_id
+                    )
+                    select coalesce(array_agg(c.chunk_id) filter (where c.known + p_max >= thr_f), '{}'),
+                           coalesce(array_agg(c.known) filter (where c.known + p_max >= thr_f), '{}'),
+                           coalesce(array_agg(c.dl) filter (where c.known + p_max >= thr_f), '{}'),
+                           count(*)
+                      into c_ids, c_known, c_dl, n_read
+                      from cand c;
+                    raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
+                        guess, final, cuts, ns, probe, cardinality(c_ids);
+                    e_reads := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    e_counted := (select coalesce(sum(least(x.n, 40000)), 0) from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
+                    e_cand := cardinality(c_ids);
+                end if;
                 rest := p_max;
                 for j in select x.i from unnest(t_maxcs, probe) with ordinality as x(mc, pr, i)
                           where x.pr order by x.mc desc, x.i loop
@@ -493,6 +589,19 @@ begin
                                                   where p1.term = t_terms[j] and p1.chunk_id = u.id) pp on true) z
                      where z.known + rest >= thr_f;
                 end loop;
+
+                if incr then
+                    -- With the last round's kept chunks. A chunk in both has two values, both at
+                    -- most its score; the new one is exact where it matters: keep the larger.
+                    select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
+                           coalesce(array_agg(z.dl), '{}')
+                      into c_ids, c_known, c_dl
+                      from (select u.id, max(u.known) as known, max(u.dl) as dl
+                              from (select * from unnest(e_ids, e_known, e_dl)
+                                    union all
+                                    select * from unnest(c_ids, c_known, c_dl)) as u(id, known, dl)
+                             group by u.id) z;
+                end if;
 
                 -- theta: the k-th score among the kept candidates the reader may see, best-first.
                 -- Every chunk scoring at least the guess is kept with its exact score; the others'
@@ -532,6 +641,14 @@ begin
                     return;
                 end if;
                 exit threshold when final;  -- cannot happen (see above); the scan, to be safe
+                -- What a next round may extend: this round's kept chunks, where they were cut,
+                -- and whether the round failed only by a gap.
+                e_gap := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f;
+                e_ids := c_ids;
+                e_known := c_known;
+                e_dl := c_dl;
+                e_cuts := cuts;
+                e_thr := thr_f;
                 -- Too high. k visible kept values are a lower bound (they are lower bounds of real
                 -- scores); the next guess is that or 0.8 of this one.
                 if n_vis >= _search_pruned.k then
