@@ -432,10 +432,10 @@ begin
                             dn := dn + n_one;
                         end if;
                     end loop;
-                    -- ('extend', for tests: whenever it is allowed)
                     -- A new round counts its ranges again (~0.135 us a posting), reads them, and probes
                     -- every candidate; an extension reads the new postings and looks up the other read
-                    -- terms for the chunks they hold (at most dn).
+                    -- terms for the chunks they hold (at most dn). ('extend', for tests: whenever it is
+                    -- allowed.)
                     incr := _search_pruned.strategy = 'extend'
                             or (e_gap and dn < 20000
                                 and 5 * ((select count(*) from unnest(probe) as x where not x) - 1) * dn
