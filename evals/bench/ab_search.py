@@ -16,6 +16,7 @@ function is dropped at the end. ``--repeat N`` keeps each query's fastest of N r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import subprocess
@@ -82,8 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "now": sql.SQL("select chunk_id, score from groundkit._search_pruned(%s, %s, %s)"),
     }
     out = sys.stdout
-    per_query = args.per_query.open("w") if args.per_query else None
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with (psycopg.connect(dsn, autocommit=True) as conn,
+          args.per_query.open("w") if args.per_query else contextlib.nullcontext() as per_query):
         conn.execute(baseline_function(args.baseline_rev))  # our own SQL file at that revision
         try:
             for q in queries[: args.warm_up]:
@@ -123,8 +124,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 out.flush()
         finally:
             conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(AB_NAME)))
-            if per_query:
-                per_query.close()
     return 0
 
 
