@@ -334,16 +334,16 @@ begin
     -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
     mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
 
-    -- Which strategy (speed only: all three are exact). The scan when the reader's lists are
-    -- short (at most 20,000 postings of shared content): one aggregate over them costs less than
-    -- any bookkeeping. One term: the pruned rounds (k postings deep is usually enough). Otherwise
-    -- the threshold rounds (docs/bm25.md, measured).
+    -- Which strategy (speed only: all three are exact). One term: the pruned rounds (k postings
+    -- deep is usually enough, however long the list). Several terms: the scan when the reader's
+    -- lists are short (at most 20,000 postings of shared content), where one aggregate over them
+    -- costs less than any bookkeeping; otherwise the threshold rounds (docs/bm25.md, measured).
     v_strategy := coalesce(
         case when _search_pruned.strategy = 'extend' then 'threshold' else _search_pruned.strategy end,
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
-        case when (select sum(d) from unnest(dfs) as d) <= 20000 then 'scan'
-             when cardinality(terms) = 1 then 'rounds'
+        case when cardinality(terms) = 1 then 'rounds'
+             when (select sum(d) from unnest(dfs) as d) <= 20000 then 'scan'
              else 'threshold' end);
 
     if v_strategy = 'threshold' then

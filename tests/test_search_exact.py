@@ -455,10 +455,10 @@ def test_strategy_argument_is_checked(community: Groundkit) -> None:
 
 
 def test_automatic_choice_between_strategies(community: Groundkit) -> None:
-    """Without strategy or start_depth, _search_pruned scans when the reader's lists hold at most
-    20,000 postings, runs the pruned rounds for one term over more, and the threshold rounds for
-    two or more terms over more (docs/bm25.md, "Three strategies"); every answer equals the
-    exhaustive path."""
+    """Without strategy or start_depth, _search_pruned runs the pruned rounds for one term (over a
+    long list or a short one), scans two or more terms when the reader's lists hold at most 20,000
+    postings, and runs the threshold rounds for two or more terms over more (docs/bm25.md, "Three
+    strategies"); every answer equals the exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -475,7 +475,7 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     messages: list[str] = []
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
-        for query, strategy in [("granite", "rounds"), ("granite basalt", "threshold"),
+        for query, strategy in [("granite", "rounds"), ("quartz", "rounds"), ("granite basalt", "threshold"),
                                 ("granite basalt quartz slate", "threshold"), ("basalt quartz", "scan")]:
             for reader in ("t0", "t3"):
                 want = _rows(raw, "_search_exhaustive", reader, query, 10)
