@@ -277,7 +277,6 @@ declare
     incr boolean;
     e_ids bigint[];
     e_known double precision[];
-    e_dl integer[];
     e_cuts double precision[];
     e_thr double precision;
     e_gap boolean;
@@ -593,13 +592,14 @@ begin
                 if incr then
                     -- With the last round's kept chunks. A chunk in both has two values, both at
                     -- most its score; the new one is exact where it matters: keep the larger.
-                    select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
-                           coalesce(array_agg(z.dl), '{}')
-                      into c_ids, c_known, c_dl
-                      from (select u.id, max(u.known) as known, max(u.dl) as dl
-                              from (select * from unnest(e_ids, e_known, e_dl)
+                    -- (Lengths are not carried: kept chunks are probed already; c_dl is set anew
+                    -- by the next round before it is read.)
+                    select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}')
+                      into c_ids, c_known
+                      from (select u.id, max(u.known) as known
+                              from (select * from unnest(e_ids, e_known)
                                     union all
-                                    select * from unnest(c_ids, c_known, c_dl)) as u(id, known, dl)
+                                    select * from unnest(c_ids, c_known)) as u(id, known)
                              group by u.id) z;
                 end if;
 
@@ -646,7 +646,6 @@ begin
                 e_gap := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f;
                 e_ids := c_ids;
                 e_known := c_known;
-                e_dl := c_dl;
                 e_cuts := cuts;
                 e_thr := thr_f;
                 -- Too high. k visible kept values are a lower bound (they are lower bounds of real
