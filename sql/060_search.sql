@@ -577,16 +577,40 @@ begin
                           where x.pr order by x.mc desc, x.i loop
                     exit when cardinality(c_ids) = 0;
                     rest := rest - t_maxcs[j];
-                    select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
-                           coalesce(array_agg(z.dl), '{}')
-                      into c_ids, c_known, c_dl
-                      from (select u.id, u.dl,
-                                   u.known + coalesce(t_ws[j] * pp.tf
-                                                      / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl)), 0) as known
-                              from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
-                              left join lateral (select p1.tf from groundkit.postings p1
-                                                  where p1.term = t_terms[j] and p1.chunk_id = u.id) pp on true) z
-                     where z.known + rest >= thr_f;
+                    -- Two ways to look t up for every candidate (the same values). Candidates dense
+                    -- in t's list (at least one per 200 of its postings): one primary-key scan for
+                    -- them all (= any walks the sorted ids, several to a leaf page), joined to them
+                    -- by a group by, which no plan turns into a nested loop. Sparse: one lookup per
+                    -- candidate, in id order (neighbouring lookups share index pages); there = any
+                    -- costs more, reading most of a leaf page per id (measured, docs/bm25.md).
+                    if cardinality(c_ids)::double precision * 200 >= t_dfs[j] then
+                        select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
+                               coalesce(array_agg(z.dl), '{}')
+                          into c_ids, c_known, c_dl
+                          from (select g.id, max(g.dl) as dl,
+                                       max(g.known) + coalesce(t_ws[j] * max(g.tf)
+                                                               / (max(g.tf) + v_k1 * (1 - v_b + v_b * max(g.dl) / v_avgdl)),
+                                                               0) as known
+                                  from (select u.id, u.known, u.dl, null::integer as tf
+                                          from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
+                                        union all
+                                        select p1.chunk_id, null, null, p1.tf from groundkit.postings p1
+                                         where p1.term = t_terms[j] and p1.chunk_id = any (c_ids)) g
+                                 group by g.id) z
+                         where z.known + rest >= thr_f;
+                    else
+                        select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
+                               coalesce(array_agg(z.dl), '{}')
+                          into c_ids, c_known, c_dl
+                          from (select u.id, u.dl,
+                                       u.known + coalesce(t_ws[j] * pp.tf
+                                                          / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl)), 0) as known
+                                  from (select * from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
+                                         order by u.id) u
+                                  left join lateral (select p1.tf from groundkit.postings p1
+                                                      where p1.term = t_terms[j] and p1.chunk_id = u.id) pp on true) z
+                         where z.known + rest >= thr_f;
+                    end if;
                 end loop;
 
                 if incr then
