@@ -285,11 +285,16 @@ declare
     e_counted double precision;
     dn double precision;
     n_new bigint;
+    -- reading long ranges in two passes
+    n_big double precision;
+    budget double precision;
+    taus double precision[];
+    d_ids bigint[];
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
-       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'rounds') then
-        raise exception 'strategy must be scan, threshold, extend or rounds (got %)', quote_literal(_search_pruned.strategy)
+       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'shares', 'rounds') then
+        raise exception 'strategy must be scan, threshold, extend, shares or rounds (got %)', quote_literal(_search_pruned.strategy)
             using errcode = 'GK005';
     end if;
     -- fail closed: no reader row, no results
@@ -338,7 +343,7 @@ begin
     -- lists are short (at most 20,000 postings of shared content), where one aggregate over them
     -- costs less than any bookkeeping; otherwise the threshold rounds (docs/bm25.md, measured).
     v_strategy := coalesce(
-        case when _search_pruned.strategy = 'extend' then 'threshold' else _search_pruned.strategy end,
+        case when _search_pruned.strategy in ('extend', 'shares') then 'threshold' else _search_pruned.strategy end,
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
         case when cardinality(terms) = 1 then 'rounds'
@@ -547,25 +552,106 @@ begin
                         guess, final, cuts, dn, cardinality(c_ids);
                 else
                     thr_f := case when final then thr_g else greatest(x_lb, 0.8 * guess) * (1 - 1e-9) end;
-                    with q as (
-                        select x.term, x.w, x.cut
-                          from unnest(t_terms, t_ws, cuts, probe) as x(term, w, cut, pr)
-                         where not x.pr
-                    ),
-                    cand as (
-                        select p.chunk_id,
-                               sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
-                               max(p.doc_len) as dl
-                          from q
-                          join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
-                         group by p.chunk_id
-                    )
-                    select coalesce(array_agg(c.chunk_id) filter (where c.known + p_max >= thr_f), '{}'),
-                           coalesce(array_agg(c.known) filter (where c.known + p_max >= thr_f), '{}'),
-                           coalesce(array_agg(c.dl) filter (where c.known + p_max >= thr_f), '{}'),
-                           count(*)
-                      into c_ids, c_known, c_dl, n_read
-                      from cand c;
+                    -- Long ranges in two passes (docs/bm25.md, "Shares"). A chunk is kept only if
+                    -- its known part reaches L = thr_f - p_max. Give each read term a share
+                    -- tau(t), the shares summing to L (less 1e-7 of it, for rounding): a chunk
+                    -- whose every read contribution is below its share is not kept. Shares: the
+                    -- longest ranges first get a share above their maximum (nothing of them can
+                    -- be below it... every posting is below it), while these fit in L; the rest
+                    -- of L is split over the other read terms by their maxima. Pass 1 reads only
+                    -- the postings at or above their share (D: the chunks that can be kept);
+                    -- pass 2 reads the ranges with D as a hashed filter and sums only D's
+                    -- postings, as one pass would. Grouping costs ~0.5 us a posting, the filter
+                    -- far less. Only for long ranges (short ones cost less than planning pass 2).
+                    n_big := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    d_ids := null;
+                    if (n_big >= 20000 or _search_pruned.strategy = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f) then
+                        budget := (thr_f - p_max) * (1 - 1e-7);
+                        taus := array_fill(null::double precision, array[nt]);
+                        for j in select x.i from unnest(ns, probe) with ordinality as x(n, pr, i)
+                                  where not x.pr order by x.n desc, x.i loop
+                            if t_maxcs[j] * (1 + 1e-9) <= budget then
+                                taus[j] := t_maxcs[j] * (1 + 1e-9);
+                                budget := budget - taus[j];
+                            end if;
+                        end loop;
+                        select array_agg(case when x.pr or x.tau is not null then x.tau
+                                              else budget * x.mc / nullif(o.mc, 0) end order by x.i)
+                          into taus
+                          from unnest(probe, taus, t_maxcs) with ordinality as x(pr, tau, mc, i)
+                         cross join (select sum(y.mc) as mc from unnest(probe, taus, t_maxcs) as y(pr, tau, mc)
+                                      where not y.pr and y.tau is null) o;
+                        -- (at most a fifth of the ranges' postings, else one pass: then pass 2
+                        -- saves less than pass 1 costs; no limit when forced, D must be whole. A
+                        -- chunk may be in D twice: harmless for the hashed filter, cheaper than
+                        -- a distinct that a round going back to one pass would pay for nothing.)
+                        select coalesce(array_agg(s.chunk_id), '{}'), count(*) into d_ids, n_one
+                          from (select p.chunk_id
+                                  from unnest(t_terms, t_ws, cuts, probe, taus) as x(term, w, cut, pr, tau)
+                                  join groundkit.postings p
+                                    on p.term = x.term and p.vis_key = any (buckets)
+                                   and p.imp >= greatest(x.cut, x.tau / (x.w * mult))
+                                 where not x.pr
+                                   and x.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl)) >= x.tau
+                                 limit case when _search_pruned.strategy = 'shares' then null
+                                            else floor(n_big / 5)::bigint + 1 end) s;
+                        if n_one > n_big / 5 and _search_pruned.strategy is distinct from 'shares' then
+                            d_ids := null;
+                        end if;
+                        raise debug 'groundkit pruned: threshold shares % D % of % postings, %', taus, n_one, n_big,
+                            case when d_ids is null then 'one pass' else 'two passes' end;
+                    end if;
+                    if d_ids is not null then
+                        -- EXECUTE: planned with D as a constant, so that "= any" is a hashed filter
+                        -- (chunk_id + 0: not an index condition; a primary-key scan would have to
+                        -- fetch each posting's impact from the table).
+                        execute 'with q as (
+                                     select x.term, x.w, x.cut
+                                       from unnest($1::text[], $2::double precision[], $3::double precision[],
+                                                   $4::boolean[]) as x(term, w, cut, pr)
+                                      where not x.pr
+                                 ),
+                                 cand as (
+                                     select p.chunk_id,
+                                            sum(q.w * p.tf / (p.tf + $5 * (1 - $6 + $6 * p.doc_len / $7))) as known,
+                                            max(p.doc_len) as dl
+                                       from q
+                                       join groundkit.postings p
+                                         on p.term = q.term and p.vis_key = any ($8) and p.imp >= q.cut
+                                      where p.chunk_id + 0 = any ($9)
+                                      group by p.chunk_id
+                                 )
+                                 select coalesce(array_agg(c.chunk_id) filter (where c.known + $10 >= $11), ''{}''),
+                                        coalesce(array_agg(c.known) filter (where c.known + $10 >= $11), ''{}''),
+                                        coalesce(array_agg(c.dl) filter (where c.known + $10 >= $11), ''{}'')
+                                   from cand c'
+                          into c_ids, c_known, c_dl
+                          using t_terms, t_ws, cuts, probe, v_k1, v_b, v_avgdl, buckets, d_ids, p_max, thr_f;
+                        -- The chunks read, for "fewer than k" below: at least the longest range
+                        -- (a term's postings are distinct chunks; counted up to 40,000).
+                        n_read := (select coalesce(max(least(x.n, 40000)), 0)::bigint
+                                     from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    else
+                        with q as (
+                            select x.term, x.w, x.cut
+                              from unnest(t_terms, t_ws, cuts, probe) as x(term, w, cut, pr)
+                             where not x.pr
+                        ),
+                        cand as (
+                            select p.chunk_id,
+                                   sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
+                                   max(p.doc_len) as dl
+                              from q
+                              join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
+                             group by p.chunk_id
+                        )
+                        select coalesce(array_agg(c.chunk_id) filter (where c.known + p_max >= thr_f), '{}'),
+                               coalesce(array_agg(c.known) filter (where c.known + p_max >= thr_f), '{}'),
+                               coalesce(array_agg(c.dl) filter (where c.known + p_max >= thr_f), '{}'),
+                               count(*)
+                          into c_ids, c_known, c_dl, n_read
+                          from cand c;
+                    end if;
                     raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
                         guess, final, cuts, ns, probe, cardinality(c_ids);
                     e_reads := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);

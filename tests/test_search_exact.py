@@ -41,7 +41,8 @@ REL_TOL = 1e-9
 # _search_pruned's strategies, forced (the last one chooses)
 STRATEGIES = (", start_depth => 1", ", start_depth => 3", ", strategy => 'scan'", ", strategy => 'threshold'",
               ", strategy => 'threshold', start_depth => 1", ", strategy => 'threshold', start_depth => 0",
-              ", strategy => 'extend'", ", strategy => 'extend', start_depth => 1", "")
+              ", strategy => 'extend'", ", strategy => 'extend', start_depth => 1",
+              ", strategy => 'shares'", ", strategy => 'shares', start_depth => 1", "")
 
 
 @dataclass(frozen=True)
@@ -349,8 +350,9 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     cut, rounds extended instead of run anew (forced with 'extend': on this corpus the cost
     rule rarely chooses it; some of the fixed queries below, found by search on this corpus,
     fail if an extension forgets the last round's chunks or skips the lookups of the other read
-    terms), and the scan when no lower bound exists (a filter that only a dozen chunks, all of
-    them below hundreds of better ones, pass)."""
+    terms), rounds read in two passes by shares (forced with 'shares': the automatic choice
+    needs ranges of 20,000 postings), and the scan when no lower bound exists (a filter that
+    only a dozen chunks, all of them below hundreds of better ones, pass)."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -376,7 +378,7 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
             for query in queries:
                 for k in (1, 5, 10, 30):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
-                    for strategy in ("threshold", "extend"):
+                    for strategy in ("threshold", "extend", "shares"):
                         raw.execute("set client_min_messages = debug1")
                         got = _rows(raw, "_search_pruned", reader, query, k, f", strategy => '{strategy}'")
                         raw.execute("reset client_min_messages")
@@ -389,6 +391,10 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     assert any("t" in m.split("probed ")[1].split(" ")[0] for m in new), "nothing probed"
     assert any(_cut_above_zero(m) for m in new), "no list read to a cut"
     assert any("extends the last round" in m for m in rounds), "no round extended the last one"
+    shares = [m for m in messages if m.startswith("groundkit pruned: threshold shares")]
+    # (forced with 'shares': pass 2 ran in each; some read fewer chunks than the ranges hold)
+    assert any(int(m.split(" D ")[1].split(" ")[0]) < float(m.split(" of ")[1].split(" ")[0]) for m in shares), \
+        "no round read two passes"
     # each round: its guess, then its theta and whether it is done
     below = [
         (before, after) for before, after in itertools.pairwise(messages)
@@ -451,14 +457,16 @@ def test_strategy_argument_is_checked(community: Groundkit) -> None:
     with psycopg.connect(community.conn.info.dsn, autocommit=True) as raw, pytest.raises(psycopg.Error) as err:
         raw.execute("select * from groundkit._search_pruned('t0', 'granite', 10, strategy => 'fastest')")
     assert err.value.sqlstate == "GK005"
-    assert "strategy must be scan, threshold, extend or rounds" in str(err.value)
+    assert "strategy must be scan, threshold, extend, shares or rounds" in str(err.value)
 
 
 def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     """Without strategy or start_depth, _search_pruned runs the pruned rounds for one term (over a
     long list or a short one), scans two or more terms when the reader's lists hold at most 20,000
     postings, and runs the threshold rounds for two or more terms over more (docs/bm25.md, "Three
-    strategies"); every answer equals the exhaustive path."""
+    strategies"), where rounds over 20,000 postings and more run in two passes by shares or go
+    back to one pass (using a pass 1 cut short by its limit instead of going back fails here); every answer
+    equals the exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -473,6 +481,7 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     for start in range(0, n, 2500):
         gk.put_objects(objs[start:start + 2500])
     messages: list[str] = []
+    passes: set[str] = set()
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
         for query, strategy in [("granite", "rounds"), ("quartz", "rounds"), ("granite basalt", "threshold"),
@@ -491,3 +500,7 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
                     "threshold": any(m.startswith("groundkit pruned: threshold") for m in messages),
                 }
                 assert ran == {name: name == strategy for name in ran}, (query, messages)
+                passes.update(m.split(", ")[-1] for m in messages if m.startswith("groundkit pruned: threshold shares"))
+    # the threshold rounds read their long ranges (20,000 postings and more) in two passes by
+    # shares, and go back to one pass when pass 1 finds too many chunks
+    assert passes == {"one pass", "two passes"}, passes
