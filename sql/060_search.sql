@@ -556,13 +556,14 @@ begin
                     -- its known part reaches L = thr_f - p_max. Give each read term a share
                     -- tau(t), the shares summing to L (less 1e-7 of it, for rounding): a chunk
                     -- whose every read contribution is below its share is not kept. Shares: the
-                    -- longest ranges first get a share above their maximum (nothing of them can
-                    -- be below it... every posting is below it), while these fit in L; the rest
-                    -- of L is split over the other read terms by their maxima. Pass 1 reads only
-                    -- the postings at or above their share (D: the chunks that can be kept);
-                    -- pass 2 reads the ranges with D as a hashed filter and sums only D's
-                    -- postings, as one pass would. Grouping costs ~0.5 us a posting, the filter
-                    -- far less. Only for long ranges (short ones cost less than planning pass 2).
+                    -- longest ranges first get a share just above their maximum, while these fit
+                    -- in L (pass 1 reads nothing of them; pass 2 sums them for the chunks other
+                    -- terms bring); the rest of L is split over the other read terms by their
+                    -- maxima. Pass 1 reads only the postings at or above their share (D: the
+                    -- chunks that can be kept); pass 2 reads the ranges with D as a hashed filter
+                    -- and sums only D's postings, as one pass would. Grouping costs ~0.5 us a
+                    -- posting, the filter far less. Only for long ranges (short ones cost less
+                    -- than planning pass 2).
                     n_big := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
                     d_ids := null;
                     if (n_big >= 20000 or _search_pruned.strategy = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f) then

@@ -465,8 +465,8 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     long list or a short one), scans two or more terms when the reader's lists hold at most 20,000
     postings, and runs the threshold rounds for two or more terms over more (docs/bm25.md, "Three
     strategies"), where rounds over 20,000 postings and more run in two passes by shares or go
-    back to one pass (using a pass 1 cut short by its limit instead of going back fails here); every answer
-    equals the exhaustive path."""
+    back to one pass (using a pass 1 cut short by its limit instead of going back fails here);
+    every answer equals the exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
