@@ -290,6 +290,9 @@ declare
     budget double precision;
     taus double precision[];
     d_ids bigint[];
+    -- range counts kept from round to round: where each term was last counted, and its count
+    k_cuts double precision[];
+    k_ns bigint[];
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -369,6 +372,8 @@ begin
                                         limit 1) top), 0) * mult) as maxc
                       from unnest(terms, ws, dfs) as u(term, w, df)) x;
             nt := cardinality(t_terms);
+            k_cuts := array_fill(null::double precision, array[nt]);
+            k_ns := array_fill(null::bigint, array[nt]);
             tot := (select sum(x) from unnest(t_maxcs) as x);
             full_n := (select sum(x) from unnest(t_dfs) as x);
 
@@ -456,19 +461,37 @@ begin
                       into cuts
                       from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
                     -- ns[t]: how many postings that range holds (counted up to 40,000; beyond, an
-                    -- estimate: half the list)
+                    -- estimate: half the list). A cut at or below one counted before adds only the
+                    -- postings between the two to that count (none to count once it reached the
+                    -- limit): guesses fall round after round, and the long counts were repeated.
                     ns := array_fill(0::double precision, array[nt]);
                     for j in 1 .. nt loop
                         if cuts[j] <= 0 then
                             ns[j] := t_dfs[j];
                         else
-                            select count(*) into n_one
-                              from (select 1 from groundkit.postings p
-                                     where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
-                                     limit 40000) x;
+                            if k_cuts[j] is not null and cuts[j] <= k_cuts[j] then
+                                n_one := k_ns[j];
+                                if n_one < 40000 and cuts[j] < k_cuts[j] then
+                                    n_one := n_one + (
+                                        select count(*)
+                                          from (select 1 from groundkit.postings p
+                                                 where p.term = t_terms[j] and p.vis_key = any (buckets)
+                                                   and p.imp >= cuts[j] and p.imp < k_cuts[j]
+                                                 limit 40000 - n_one) x);
+                                end if;
+                            else
+                                select count(*) into n_one
+                                  from (select 1 from groundkit.postings p
+                                         where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
+                                         limit 40000) x;
+                            end if;
+                            k_cuts[j] := cuts[j];
+                            k_ns[j] := n_one;
                             ns[j] := case when n_one < 40000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
                         end if;
                     end loop;
+                    raise debug 'groundkit pruned: threshold counts terms % cuts % counted % reader %',
+                        t_terms, cuts, k_ns, _search_pruned.reader_sub;
                     -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
                     -- below the guess (then every chunk reaching it holds a term that is read); of
                     -- those sets, the one of least estimated cost (a posting read ~0.8 us, a probe

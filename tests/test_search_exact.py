@@ -391,6 +391,25 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     assert any("t" in m.split("probed ")[1].split(" ")[0] for m in new), "nothing probed"
     assert any(_cut_above_zero(m) for m in new), "no list read to a cut"
     assert any("extends the last round" in m for m in rounds), "no round extended the last one"
+    # range counts: each range read to a positive cut is counted up to 40,000 postings; a cut
+    # lower than where the last round counted it adds only the postings between the two
+    counts = [m for m in messages if m.startswith("groundkit pruned: threshold counts")]
+    checked = 0
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        for m in counts:
+            reader = m.split(" reader ")[1]
+            terms = m.split("terms {")[1].split("}")[0].split(",")
+            cuts = [float(c) for c in m.split("cuts {")[1].split("}")[0].split(",")]
+            counted = m.split("counted {")[1].split("}")[0].split(",")
+            for term, cut, n in zip(terms, cuts, counted, strict=True):
+                if cut > 0:
+                    row = raw.execute(
+                        "select count(*) from groundkit.postings p, groundkit._reader(%s) r"
+                        " where p.term = %s and p.vis_key between 0 and r.rank and p.imp >= %s",
+                        (reader, term, cut)).fetchone()
+                    assert row is not None and int(n) == min(row[0], 40000), (m, term, cut, row)
+                    checked += 1
+    assert checked
     shares = [m for m in messages if m.startswith("groundkit pruned: threshold shares")]
     # (forced with 'shares': pass 2 ran in each; some read fewer chunks than the ranges hold)
     assert any(int(m.split(" D ")[1].split(" ")[0]) < float(m.split(" of ")[1].split(" ")[0]) for m in shares), \
