@@ -678,7 +678,7 @@ begin
                     end if;
                     raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
                         guess, final, cuts, ns, probe, cardinality(c_ids);
-                    e_reads := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    e_reads := n_big;
                     e_counted := (select coalesce(sum(least(x.n, 40000)), 0) from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
                     e_cand := cardinality(c_ids);
                 end if;
