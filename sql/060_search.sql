@@ -293,6 +293,8 @@ declare
     -- range counts kept from round to round: where each term was last counted, and its count
     k_cuts double precision[];
     k_ns bigint[];
+    e_dcuts double precision[];
+    e_dns bigint[];
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -425,11 +427,16 @@ begin
                 -- chunks would be too few again) and the postings between the new cuts and the
                 -- old ones cost less to look up than reading the ranges and probing again.
                 incr := false;
+                e_dcuts := null;
                 if e_thr is not null and guess >= e_thr and p_max < guess * (1 - 1e-9) then
                     thr_g := guess * (1 - 1e-9);
                     select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
                       into cuts
                       from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
+                    -- (each read term's count between its new cut and its old one is kept, for
+                    -- the range counts below if this round is not an extension)
+                    e_dcuts := cuts;
+                    e_dns := array_fill(null::bigint, array[nt]);
                     dn := 0;
                     for j in 1 .. nt loop
                         if not probe[j] and e_cuts[j] > 0 then
@@ -438,6 +445,7 @@ begin
                                      where p.term = t_terms[j] and p.vis_key = any (buckets)
                                        and p.imp < e_cuts[j] and p.imp >= cuts[j]
                                      limit 20000) x;
+                            e_dns[j] := n_one;
                             dn := dn + n_one;
                         end if;
                     end loop;
@@ -471,7 +479,11 @@ begin
                         else
                             if k_cuts[j] is not null and cuts[j] <= k_cuts[j] then
                                 n_one := k_ns[j];
-                                if n_one < 40000 and cuts[j] < k_cuts[j] then
+                                if n_one < 40000 and e_dcuts[j] = cuts[j] and e_cuts[j] = k_cuts[j]
+                                   and e_dns[j] < 20000 then
+                                    -- counted just now, between the same two cuts, not cut short
+                                    n_one := least(n_one + e_dns[j], 40000);
+                                elsif n_one < 40000 and cuts[j] < k_cuts[j] then
                                     n_one := n_one + (
                                         select count(*)
                                           from (select 1 from groundkit.postings p
@@ -752,7 +764,9 @@ begin
                 -- below it, the filter kept everything reaching it, and no list read to a cut has a
                 -- posting between the impact theta needs and the cut (then a chunk scoring >= theta
                 -- was read wherever it was needed). Always so in the final round (guess = x_lb).
-                done := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f
+                -- e_gap: all of that but the last, so that only a gap can make the round fail.
+                e_gap := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f;
+                done := e_gap
                         and not exists (
                             select 1
                               from unnest(t_terms, t_ws, t_maxcs, cuts, probe) as x(term, w, mc, cut, pr)
@@ -775,9 +789,8 @@ begin
                     return;
                 end if;
                 exit threshold when final;  -- cannot happen (see above); the scan, to be safe
-                -- What a next round may extend: this round's kept chunks, where they were cut,
-                -- and whether the round failed only by a gap.
-                e_gap := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f;
+                -- What a next round may extend: this round's kept chunks and where they were cut
+                -- (e_gap above: whether the round failed only by a gap).
                 e_ids := c_ids;
                 e_known := c_known;
                 e_cuts := cuts;
