@@ -189,9 +189,10 @@ drop function if exists groundkit._search_pruned(text, text, integer, text[], te
 -- Nothing caps any depth, so a selective reader still gets k rows when k exist. Queries whose
 -- lists are short are scanned whole instead (one aggregate, below). strategy (tests and
 -- benchmarks) forces one: 'scan', 'threshold' or 'rounds' ('extend': the threshold rounds,
--- extending a round whenever that is allowed, whatever it costs). Without it, start_depth 0
--- forces the scan and a positive start_depth the pruned rounds, starting that deep; with
--- 'threshold' or 'extend' it is how deep the first lower bound reads (0: none).
+-- extending a round whenever that is allowed, whatever it costs; 'shares': the threshold rounds,
+-- reading every round in two passes whatever its length). Without it, start_depth 0 forces the
+-- scan and a positive start_depth the pruned rounds, starting that deep; with 'threshold',
+-- 'extend' or 'shares' it is how deep the first lower bound reads (0: none).
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
