@@ -6,8 +6,7 @@ every reader, selective ones included. Three answers are compared:
 - ``groundkit._search_pruned`` forced to run the pruned rounds starting one posting deep, so
   it goes through many rounds of pruning and deepening even on a small corpus; forced to scan;
   forced to run the threshold rounds (also extending every round it may, and reading every
-  round in two passes by shares); and left to choose
-  (on these small corpora: the scan);
+  round in two passes by shares); and left to choose (on these small corpora: the scan);
 - ``groundkit._search_exhaustive``, the one-aggregate scorer over every posting;
 - a brute force written here in Python from the raw tables (visibility, statistics scopes and
   the Lucene formula re-implemented, with only the analyzer shared).
