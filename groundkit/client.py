@@ -70,7 +70,9 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
 
 
 _M = TypeVar("_M", bound=BaseModel)
-_PROGRESS = re.compile(r"groundkit\.(?:rebuild|set_tier_rank): (\d+) of (\d+) (?:objects|spaces)")
+# 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
+# reports its lists too, and those are not the rebuild's progress)
+_PROGRESS = re.compile(r"groundkit\.(rebuild|set_tier_rank|analyze_postings): (\d+) of (\d+) (?:objects|spaces|lists)")
 
 
 def _validated(model: type[_M], data: dict[str, Any]) -> _M:
@@ -330,7 +332,18 @@ class Groundkit:
         """Recompute every derived view from the log in one statement (readers and writers wait
         for it); returns the number of objects. ``progress(done, total)`` is called after each
         batch of a thousand objects, from the server's DEBUG messages, while the statement runs."""
-        return self._with_progress("select groundkit.rebuild()", {}, progress)
+        return self._with_progress("rebuild", "select groundkit.rebuild()", {}, progress)
+
+    def analyze_postings(self, min_postings: int | None = None,
+                         progress: Callable[[int, int], None] | None = None) -> int:
+        """Sketch every postings list of shared content at least ``min_postings`` long (default:
+        ``groundkit.config.sketch_min_postings``, 4,096), replacing the sketches, so that search
+        plans its threshold rounds without counting long ranges; returns the number of lists
+        sketched. Planning statistics, like ANALYZE: run after large loads; answers never depend
+        on them. ``progress(done, total)`` is called after each list."""
+        return self._with_progress("analyze_postings",
+                                   "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
+                                   {"min_postings": min_postings}, progress)
 
     def set_tier_rank(self, tier: str, rank: int, progress: Callable[[int, int], None] | None = None) -> int:
         """Change a tier's rank and move the chunks whose statistics scope and postings bucket
@@ -338,19 +351,22 @@ class Groundkit:
         writers wait. ``progress(done, total)`` is called after each space whose content it
         checked."""
         _no_nul(tier=tier)
-        return self._with_progress("select groundkit.set_tier_rank(tier => %(tier)s, rank => %(rank)s)",
+        return self._with_progress("set_tier_rank",
+                                   "select groundkit.set_tier_rank(tier => %(tier)s, rank => %(rank)s)",
                                    {"tier": tier, "rank": rank}, progress)
 
-    def _with_progress(self, query: str, params: dict[str, Any], progress: Callable[[int, int], None] | None) -> int:
-        """Run a long admin call; its DEBUG progress messages reach ``progress`` as they come."""
+    def _with_progress(self, fn: str, query: str, params: dict[str, Any],
+                       progress: Callable[[int, int], None] | None) -> int:
+        """Run a long admin call; the DEBUG progress messages of groundkit.``fn`` reach
+        ``progress`` as they come."""
         if progress is None:
             return int(self._scalar(query, params))
         report = progress
 
         def on_notice(diag: psycopg.errors.Diagnostic) -> None:
             found = _PROGRESS.fullmatch(diag.message_primary or "")
-            if found:
-                report(int(found[1]), int(found[2]))
+            if found and found[1] == fn:
+                report(int(found[2]), int(found[3]))
 
         self.conn.add_notice_handler(on_notice)
         try:

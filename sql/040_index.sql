@@ -254,9 +254,63 @@ begin
     update groundkit.postings p
        set imp = (p.tf / (p.tf + ip.k1 * (1 - ip.b + ip.b * p.doc_len / ip.avgdl_ref)))::real;
     get diagnostics n = row_count;
+    perform groundkit.analyze_postings();  -- the sketches hold impacts
     return n;
 end
 $$;
+-- Sketch every long list of shared content (docs/bm25.md, "Sketches"): for each (term, tier
+-- rank) list of at least min_postings postings (default: groundkit.config.sketch_min_postings),
+-- the impacts at ranks least(floor(256 * 2^((i - 1) / 4)), n), i = 1, 2, ... up to the list's
+-- length n. Replaces every sketch in one transaction (searches see the old ones until it
+-- commits; writers are not blocked). Returns the number of lists sketched; progress goes out
+-- as DEBUG messages 'groundkit.analyze_postings: <done> of <total> lists'. Planner statistics
+-- only: search answers are the same with any sketches or none.
+create or replace function groundkit.analyze_postings(min_postings integer default null)
+returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    l record;
+    total bigint;
+    done bigint := 0;
+    imps real[];
+    v_min integer := coalesce(analyze_postings.min_postings,
+                              (select c.sketch_min_postings from groundkit.config c));
+begin
+    if v_min is null or v_min < 1 then
+        raise exception 'min_postings must be a positive integer (got %)', coalesce(v_min::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    -- one analyze at a time (this lock conflicts with itself, not with searches' reads)
+    lock table groundkit.postings_sketch in share row exclusive mode;
+    delete from groundkit.postings_sketch;
+    -- The lists: shared content's document frequencies per tier rank are its lists' lengths.
+    select count(*) into total
+      from (select 1 from groundkit.term_stats ts group by ts.term, ts.scope
+             having sum(ts.df) >= v_min) x;
+    for l in select ts.term, ts.scope from groundkit.term_stats ts group by ts.term, ts.scope
+              having sum(ts.df) >= v_min
+              order by ts.term, ts.scope
+    loop
+        imps := array(select p.imp from groundkit.postings p
+                       where p.term = l.term and p.vis_key = l.scope
+                       order by p.imp desc);
+        if cardinality(imps) > 0 then
+            insert into groundkit.postings_sketch (term, vis_key, n, imps)
+            select l.term, l.scope, cardinality(imps),
+                   array(select imps[least(floor(256 * 2 ^ ((i - 1) / 4.0))::bigint, cardinality(imps))]
+                           from generate_series(1, 200) as i
+                          where i = 1 or floor(256 * 2 ^ ((i - 2) / 4.0)) < cardinality(imps)
+                          order by i);
+        end if;
+        done := done + 1;
+        raise debug 'groundkit.analyze_postings: % of % lists', done, total;
+    end loop;
+    return (select count(*) from groundkit.postings_sketch);
+end
+$$;
+
 -- Counter rows that net to zero still carry their term. Redaction calls this with the terms of
 -- the redacted text: every (term, scope) group among them that sums to zero is deleted, in every
 -- shard. The caller has locked those rows already (redact_object), so this waits for nobody.

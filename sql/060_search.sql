@@ -157,6 +157,35 @@ begin
 end
 $$;
 
+-- How many postings of term at or above the impact cut the sketched lists among buckets hold
+-- (docs/bm25.md, "Sketches"), and which lists those are: the lists whose range reaches the
+-- sketch's first rank. Per list, the size lies between the two sketched ranks whose impacts
+-- bracket the cut (linear in the impact between them; between 0 and the list's length whatever
+-- the sketch holds), scaled by the list's live length over its length when sketched. The
+-- threshold rounds count the other lists. Planning only.
+create or replace function groundkit._sketched_size(p_term text, p_cut double precision, p_buckets bigint[])
+returns table (n double precision, keys bigint[])
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce(sum(e.est), 0), coalesce(array_agg(s.vis_key) filter (where e.est is not null), '{}')
+      from groundkit.postings_sketch s
+     cross join lateral (select count(*)::integer as m from unnest(s.imps) as x where x >= p_cut) c
+     cross join lateral (
+           select case
+                      when c.m = 0 then null  -- (least and greatest skip nulls)
+                      when c.m = cardinality(s.imps) then s.n::double precision
+                      else greatest(0, least(s.n, r.r1 + (r.r2 - r.r1) * (s.imps[c.m] - p_cut)
+                                                     / nullif(s.imps[c.m]::double precision - s.imps[c.m + 1], 0)))
+                  end
+                  * coalesce((select sum(ts.df) from groundkit.term_stats ts
+                               where ts.term = s.term and ts.scope = s.vis_key), 0)
+                  / s.n as est
+             from (select least(floor(256 * 2 ^ ((c.m - 1) / 4.0)), s.n) as r1,
+                          least(floor(256 * 2 ^ (c.m / 4.0)), s.n) as r2) r) e
+     where s.term = p_term and s.vis_key = any (p_buckets)
+$$;
+
 -- The signature before the strategy argument (an overload would make calls ambiguous).
 drop function if exists groundkit._search_pruned(text, text, integer, text[], text[], integer);
 
@@ -296,6 +325,9 @@ declare
     k_ns bigint[];
     e_dcuts double precision[];
     e_dns bigint[];
+    n_sk double precision;
+    sk_keys bigint[];
+    rest_keys bigint[];
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -469,14 +501,32 @@ begin
                     select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
                       into cuts
                       from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
-                    -- ns[t]: how many postings that range holds (counted up to 40,000; beyond, an
-                    -- estimate: half the list). A cut at or below one counted before adds only the
-                    -- postings between the two to that count (none to count once it reached the
-                    -- limit): guesses fall round after round, and the long counts were repeated.
+                    -- ns[t]: how many postings that range holds. From the sketches of the
+                    -- reader's long lists where there are any (docs/bm25.md, "Sketches": counting
+                    -- was a quarter of a median broad-reader query); the rest counted up to
+                    -- 40,000 (beyond, an estimate: half the list). A cut at or below one counted
+                    -- before adds only the postings between the two to that count (none to count
+                    -- once it reached the limit): guesses fall round after round, and the long
+                    -- counts were repeated.
                     ns := array_fill(0::double precision, array[nt]);
                     for j in 1 .. nt loop
                         if cuts[j] <= 0 then
                             ns[j] := t_dfs[j];
+                            continue;
+                        end if;
+                        -- (the reader's sketched lists whose range reaches the sketch's first rank)
+                        select z.n, z.keys into n_sk, sk_keys
+                          from groundkit._sketched_size(t_terms[j], cuts[j], buckets) z;
+                        if cardinality(sk_keys) > 0 then
+                            -- (the reader's other lists counted, as below)
+                            rest_keys := array(select b from unnest(buckets) as b where b <> all (sk_keys));
+                            select count(*) into n_one
+                              from (select 1 from groundkit.postings p
+                                     where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= cuts[j]
+                                     limit 40000) x;
+                            k_cuts[j] := null;
+                            k_ns[j] := null;
+                            ns[j] := n_sk + n_one;
                         else
                             if k_cuts[j] is not null and cuts[j] <= k_cuts[j] then
                                 n_one := k_ns[j];
@@ -503,8 +553,8 @@ begin
                             ns[j] := case when n_one < 40000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
                         end if;
                     end loop;
-                    raise debug 'groundkit pruned: threshold counts terms % cuts % counted % reader %',
-                        t_terms, cuts, k_ns, _search_pruned.reader_sub;
+                    raise debug 'groundkit pruned: threshold counts terms % cuts % counted % sizes % reader %',
+                        t_terms, cuts, k_ns, ns, _search_pruned.reader_sub;
                     -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
                     -- below the guess (then every chunk reaching it holds a term that is read); of
                     -- those sets, the one of least estimated cost (a posting read ~0.8 us, a probe

@@ -119,6 +119,8 @@ begin
      where c.stat_scope is not null
      group by c.stat_scope
      order by c.stat_scope;
+    raise debug 'groundkit.rebuild: sketches';
+    perform groundkit.analyze_postings();
     return n;
 end
 $$;
@@ -173,6 +175,8 @@ begin
         moved := moved + groundkit._restat_space(spaces[i]);
         raise debug 'groundkit.set_tier_rank: % of % spaces', i, cardinality(spaces);
     end loop;
+    -- the sketches are keyed by tier rank (speed only: search answers do not depend on them)
+    perform groundkit.analyze_postings();
     return moved;
 end
 $$;

@@ -156,3 +156,28 @@ def test_rebuild_reports_objects(dsn: str) -> None:
     assert "rebuilt 2 object(s)" in result.output
     with Groundkit.connect(dsn) as gk:
         assert gk.state_checksum() == checksum
+
+
+def test_analyze_sketches_long_lists(dsn: str) -> None:
+    """`groundkit analyze` and Groundkit.analyze_postings: every list of shared content at least
+    min_postings long is sketched (private content never), with progress per list."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_space("hidden", private=True)
+        for i in range(6):
+            gk.put_object(f"p{i}", 1, "board_post", "commons", "T0" if i < 4 else "T1", "t", "loom weaving wool")
+            gk.put_object(f"h{i}", 1, "board_post", "hidden", "T0", "t", "loom secrets")
+    result = runner.invoke(app, ["analyze", "--min-postings", "3", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    # loom, weav, wool in T0 (4 chunks each); T1 (2 chunks) and the private space are not sketched
+    assert "sketched 3 postings list(s)" in result.output
+    with Groundkit.connect(dsn) as gk:
+        calls: list[tuple[int, int]] = []
+        assert gk.analyze_postings(min_postings=2, progress=lambda done, total: calls.append((done, total))) == 6
+        assert calls == [(i, 6) for i in range(1, 7)]
+        rows = gk.conn.execute("select term, vis_key, n from groundkit.postings_sketch order by 2, 1").fetchall()
+        assert [(r["term"], r["vis_key"], r["n"]) for r in rows] == [
+            ("loom", 0, 4), ("weav", 0, 4), ("wool", 0, 4), ("loom", 1, 2), ("weav", 1, 2), ("wool", 1, 2)]
+        assert gk.analyze_postings() == 0  # the configured minimum, 4,096
+    bad = runner.invoke(app, ["analyze", "--min-postings", "0", "--dsn", dsn])
+    assert bad.exit_code != 0 and "min_postings must be a positive integer" in bad.output

@@ -334,8 +334,13 @@ def test_rebuild_in_batches(community: Groundkit) -> None:
     postings_indexes = gk.conn.execute(indexes).fetchall()
     assert len(postings_indexes) == 2
     calls: list[tuple[int, int]] = []
+    # (the rebuild sketches the lists too, which reports its own progress: not the rebuild's)
+    gk.conn.execute("update groundkit.config set sketch_min_postings = 50")
+    gk.conn.execute("delete from groundkit.postings_sketch")
     assert gk.rebuild(progress=lambda done, total: calls.append((done, total))) == 2345
     assert calls == [(1000, 2345), (2000, 2345), (2345, 2345)]
+    sketched = gk.conn.execute("select count(*) as n from groundkit.postings_sketch").fetchone()
+    assert sketched is not None and sketched["n"] > 0
     assert gk.conn.execute("show client_min_messages").fetchone() == level  # the session's level is back
     assert gk.conn.execute(indexes).fetchall() == postings_indexes  # dropped for the load, built again
     assert gk.state_checksum() == checksum

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import struct
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -91,6 +92,8 @@ world_st = st.fixed_dictionaries(
         # a policy change after the writes: (space, new min tier, new private flag)
         "policy": st.one_of(st.none(), st.tuples(st.integers(0, 3), st.sampled_from(TIERS), st.booleans())),
         "params": st.sampled_from([(0.9, 0.4, None), (1.2, 0.75, None), (0.9, 0.4, 1.0), (2.0, 1.0, 500.0)]),
+        # sketches of the postings lists (planning only): none, fresh, or wrong in every way
+        "sketch": st.sampled_from([None, "fresh", "wrong"]),
         "queries": st.lists(
             st.tuples(st.lists(st.integers(0, 15), min_size=1, max_size=6), st.integers(1, 8)),
             min_size=1, max_size=4,
@@ -215,6 +218,18 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
         gk.conn.execute("select groundkit.reindex_impacts(%s)", (ref,))
     elif (k1, b) != (0.9, 0.4):
         gk.conn.execute("select groundkit.reindex_impacts()")
+    gk.conn.execute("delete from groundkit.postings_sketch")
+    if world["sketch"] is not None:
+        gk.conn.execute("select groundkit.analyze_postings(min_postings => 1)")
+    if world["sketch"] == "wrong":
+        _corrupt_sketches(gk.conn)
+
+
+def _corrupt_sketches(conn: psycopg.Connection[Any]) -> None:
+    """Sketches that say nothing true: lengths off, impacts scaled, shuffled and out of order."""
+    conn.execute("update groundkit.postings_sketch set n = n * 7 + 3,"
+                  " imps = array(select (x * (0.3 + (o % 5) * 0.4))::real"
+                  " from unnest(imps) with ordinality as u(x, o) order by (o * 7919) % 13)")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -343,6 +358,27 @@ def _cut_above_zero(message: str) -> bool:
     return any(p == "f" and float(c) > 0 for c, p in zip(cuts, probed, strict=True))
 
 
+def _zipf_corpus(gk: Groundkit, n: int = 3000) -> list[str]:
+    """A seeded Zipf-like corpus with long lists (a quarter of it T3, the rest T0) and 25
+    queries of one or two common terms and one to three rarer ones."""
+    from groundkit.models import ContentObject
+
+    rng = random.Random(11)
+    vocab = [f"v{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(400)]
+    weights = [1.0 / (r + 1) ** 1.1 for r in range(len(vocab))]
+    objs = []
+    for i in range(n):
+        topic = rng.sample(vocab[20:], 3)
+        words = rng.choices(vocab, weights, k=rng.randint(10, 40)) + topic * rng.randint(1, 3)
+        rng.shuffle(words)
+        objs.append(ContentObject(object_id=f"z{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T3" if i % 4 == 0 else "T0", title="", body=" ".join(words)))
+    for start in range(0, len(objs), 1000):
+        gk.put_objects(objs[start:start + 1000])
+    return [" ".join(rng.choices(vocab[:8], k=rng.randint(1, 2)) + rng.sample(vocab[20:], rng.randint(1, 3)))
+            for _ in range(25)]
+
+
 def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     """The threshold rounds (docs/bm25.md) on a seeded Zipf-like corpus with long lists, every
     branch taken and every answer exact: a guess too high that goes again, a round done at a
@@ -353,23 +389,8 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     terms), rounds read in two passes by shares (forced with 'shares': the automatic choice
     needs ranges of 20,000 postings), and the scan when no lower bound exists (a filter that
     only a dozen chunks, all of them below hundreds of better ones, pass)."""
-    from groundkit.models import ContentObject
-
     gk = community
-    rng = random.Random(11)
-    vocab = [f"v{chr(97 + i % 26)}{chr(97 + i // 26)}" for i in range(400)]
-    weights = [1.0 / (r + 1) ** 1.1 for r in range(len(vocab))]
-    objs = []
-    for i in range(3000):
-        topic = rng.sample(vocab[20:], 3)
-        words = rng.choices(vocab, weights, k=rng.randint(10, 40)) + topic * rng.randint(1, 3)
-        rng.shuffle(words)
-        objs.append(ContentObject(object_id=f"z{i}", version=1, content_type="board_post", space_id="open",
-                                  tier_visibility="T3" if i % 4 == 0 else "T0", title="", body=" ".join(words)))
-    for start in range(0, len(objs), 1000):
-        gk.put_objects(objs[start:start + 1000])
-    queries = [" ".join(rng.choices(vocab[:8], k=rng.randint(1, 2)) + rng.sample(vocab[20:], rng.randint(1, 3)))
-               for _ in range(25)]
+    queries = _zipf_corpus(gk)
     queries += ["vxa vzd", "vda vyc vka", "vfb voa", "vab vib via", "vha vna vsa", "vja vla vva", "vta vrb", "vsa vyb"]
     messages: list[str] = []
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
@@ -403,6 +424,7 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
             counted = m.split("counted {")[1].split("}")[0].split(",")
             for term, cut, n in zip(terms, cuts, counted, strict=True):
                 if cut > 0:
+                    assert n != "NULL", ("no sketches here: every range is counted", m)
                     row = raw.execute(
                         "select count(*) from groundkit.postings p, groundkit._reader(%s) r"
                         " where p.term = %s and p.vis_key between 0 and r.rank and p.imp >= %s",
@@ -437,6 +459,146 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
         assert len(got) == 10
         assert {o for o, _s, _sc in got} <= {f"ev{i}" for i in range(12)}
         assert any(m.startswith("groundkit pruned: scan of") for m in messages), messages
+
+
+def _sketch_ranks(n: int) -> list[int]:
+    """The 1-based ranks a sketch of an n-posting list holds (migration 0003)."""
+    ranks = [min(256, n)]
+    i = 2
+    while math.floor(256 * 2 ** ((i - 2) / 4)) < n:
+        ranks.append(min(math.floor(256 * 2 ** ((i - 1) / 4)), n))
+        i += 1
+    return ranks
+
+
+def _size_messages(raw: psycopg.Connection[Any], queries: list[str], ks: tuple[int, ...]) -> list[str]:
+    """Run every query through the threshold rounds (all three forms) for t0 and t3, assert each
+    answer equals the exhaustive one, and return the rounds' range-size messages."""
+    messages: list[str] = []
+    raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+    for reader in ("t0", "t3"):
+        for query in queries:
+            for k in ks:
+                want = _rows(raw, "_search_exhaustive", reader, query, k)
+                for extra in (", strategy => 'threshold'", ", strategy => 'extend'", ", strategy => 'shares'", ""):
+                    raw.execute("set client_min_messages = debug1")
+                    got = _rows(raw, "_search_pruned", reader, query, k, extra)
+                    raw.execute("reset client_min_messages")
+                    _assert_same(got, want, f"{extra} {reader!r} {query!r} k={k}")
+    return [m for m in messages if m.startswith("groundkit pruned: threshold counts")]
+
+
+def test_sketched_range_sizes(community: Groundkit) -> None:
+    """Range sizes read off sketches (docs/bm25.md, "Sketches"). analyze_postings sketches
+    exactly the lists of shared content at least min_postings long, each holding the impacts
+    at its ranks; with fresh sketches every size the threshold rounds take from them is within
+    one sketch step (2^(1/4)) of the true count; with stale sketches (the corpus grew) and with
+    wrong ones every answer is still exact; rebuild, reindex_impacts and set_tier_rank sketch
+    afresh with config.sketch_min_postings."""
+    gk = community
+    queries = _zipf_corpus(gk)
+    from groundkit.models import ContentObject
+
+    # a long list in a private space's bucket: never sketched (its length is no shared statistic)
+    gk.put_objects([ContentObject(object_id=f"p{i}", version=1, content_type="board_post", space_id="vault",
+                                  tier_visibility="T0", title="", body="vaa vba") for i in range(400)])
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        with pytest.raises(psycopg.Error) as bad:
+            raw.execute("select groundkit.analyze_postings(min_postings => 0)")
+        assert bad.value.sqlstate == "GK005"
+        row = raw.execute("select groundkit.analyze_postings(min_postings => 300)").fetchone()
+        lists = raw.execute("select term, scope from groundkit.term_stats group by term, scope"
+                            " having sum(df) >= 300 order by 1, 2").fetchall()
+        sketches = raw.execute("select term, vis_key, n, imps from groundkit.postings_sketch order by 1, 2").fetchall()
+        assert row is not None and row[0] == len(lists) == len(sketches) > 10
+        assert [(t, v) for t, v, _n, _i in sketches] == lists  # shared content only, every long list
+        for term, vis_key, n, imps in sketches[:12]:
+            list_imps = [x for (x,) in raw.execute(
+                "select imp from groundkit.postings where term = %s and vis_key = %s order by imp desc",
+                (term, vis_key)).fetchall()]
+            assert n == len(list_imps)
+            assert imps == [list_imps[r - 1] for r in _sketch_ranks(n)]
+
+        # the size of a range as one sketch gives it, worked out here: between the two sketched
+        # ranks whose impacts bracket the cut (linear in the impact), the whole list at or below
+        # its last impact, nothing from the sketch (the list is counted) above its first
+        # (real values come as their shortest decimal text: round them back to float4)
+        by_list = {(t, v): (n, [struct.unpack("f", struct.pack("f", x))[0] for x in imps])
+                   for t, v, n, imps in sketches}
+        interpolated = 0
+        for (term, bucket), (n, imps) in list(by_list.items())[:12]:
+            ranks = _sketch_ranks(n)
+            lo, hi = min(imps), max(imps)
+            for step in range(-2, 43):
+                cut = lo + (hi - lo) * step / 40
+                row = raw.execute("select n, keys from groundkit._sketched_size(%s, %s, %s)",
+                                  (term, cut, [bucket, 1234567])).fetchone()
+                real = raw.execute("select count(*) from groundkit.postings where term = %s and vis_key = %s"
+                                   " and imp >= %s", (term, bucket, cut)).fetchone()
+                assert row is not None and real is not None
+                above = sum(1 for x in imps if x >= cut)
+                if above == 0:
+                    assert row == (0, []), (term, cut)
+                    continue
+                if above == len(imps):
+                    want = float(n)
+                else:
+                    r1, r2 = ranks[above - 1], ranks[above]
+                    want = r1 + (r2 - r1) * (imps[above - 1] - cut) / (imps[above - 1] - imps[above])
+                    interpolated += 1
+                assert row[1] == [bucket] and row[0] == pytest.approx(want, rel=1e-9), (term, cut)
+                # the true count lies in the same bracket, so the two are within one sketch step
+                # (2^(1/4)) of each other
+                assert real[0] / 1.19 - 1 <= row[0] <= real[0] * 1.19 + 1, (term, cut, real[0], row[0])
+        assert interpolated > 100
+
+        # the threshold rounds take their sizes from the sketches (the whole list where the cut
+        # is below it: impacts vary little on this corpus) and count the rest
+        sizes = _size_messages(raw, queries, (5, 10))
+        checked = 0
+        for m in sizes:
+            rank = {"t0": 0, "t3": 3}[m.split(" reader ")[1]]
+            terms = m.split("terms {")[1].split("}")[0].split(",")
+            cuts = [float(c) for c in m.split("cuts {")[1].split("}")[0].split(",")]
+            counted = m.split("counted {")[1].split("}")[0].split(",")
+            estimated = [float(x) for x in m.split("sizes {")[1].split("}")[0].split(",")]
+            for term, cut, n_counted, est in zip(terms, cuts, counted, estimated, strict=True):
+                if cut > 0 and n_counted == "NULL":
+                    parts = raw.execute("select sum(z.n), array_agg(k) from generate_series(0, %s) b,"
+                                        " groundkit._sketched_size(%s, %s, array[b::bigint]) z"
+                                        " left join lateral unnest(z.keys) k on true", (rank, term, cut)).fetchone()
+                    counted_rest = raw.execute(
+                        "select count(*) from groundkit.postings where term = %s and vis_key between 0 and %s"
+                        " and vis_key <> all(%s) and imp >= %s", (term, rank, [k for k in parts[1] if k is not None]
+                                                                  if parts else [], cut)).fetchone()
+                    assert parts is not None and counted_rest is not None
+                    assert est == pytest.approx(float(parts[0]) + counted_rest[0], rel=1e-9), (m, term)
+                    checked += 1
+        assert checked > 20
+
+        # stale: 600 more objects after the sketches were made; then wrong sketches
+        queries = _zipf_corpus(gk, n=3600)[:10]
+        _size_messages(raw, queries, (10,))
+        # a stale sketch is scaled by its list's live length: a whole list is its live length
+        for (term, bucket), (n, _imps) in list(by_list.items())[:12]:
+            live = raw.execute("select count(*) from groundkit.postings where term = %s and vis_key = %s",
+                               (term, bucket)).fetchone()
+            row = raw.execute("select n from groundkit._sketched_size(%s, 0, %s)", (term, [bucket])).fetchone()
+            assert live is not None and row is not None and live[0] > n and row[0] == pytest.approx(live[0])
+        _corrupt_sketches(raw)
+        _size_messages(raw, queries, (10,))
+
+        # the admin calls that change lists or impacts sketch afresh, with the configured minimum
+        raw.execute("update groundkit.config set sketch_min_postings = 300")
+        for call in ("select groundkit.rebuild()", "select groundkit.reindex_impacts()",
+                     "select groundkit.set_tier_rank('T3', 7)"):
+            _corrupt_sketches(raw)
+            raw.execute(call)
+            after = raw.execute("select term, vis_key, n, imps from groundkit.postings_sketch order by 1, 2").fetchall()
+            raw.execute("select groundkit.analyze_postings()")
+            fresh = raw.execute("select term, vis_key, n, imps from groundkit.postings_sketch order by 1, 2").fetchall()
+            assert after == fresh and len(fresh) > 10, call
+        assert {v for _t, v, _n, _i in fresh} == {0, 7}  # T3's lists moved to their new rank
 
 
 def test_threshold_round_done_below_its_guess(community: Groundkit) -> None:

@@ -391,6 +391,9 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
             res["bulk"] = bulk_load(dsn, corpus, n_chunks, args.batch_chunks, args.loaders, sample)
             log(f"  bulk: {res['bulk']['bulk_chunks_per_s']:,.0f} chunks/s")
             res["vacuum_s"], _ = timed(lambda: conn.execute("vacuum analyze"))
+            # the postings lists' sketches, of the whole corpus (reindex_impacts made them after the
+            # first 20,000 chunks); planning statistics, as vacuum analyze is the planner's
+            res["sketch_s"], _ = timed(lambda: conn.execute("select groundkit.analyze_postings()"))
             res["postings"] = conn.execute("select count(*) from groundkit.postings").fetchone()[0]  # type: ignore[index]
             res["db_mb"] = float(conn.execute("select pg_database_size(current_database()) / 1e6").fetchone()[0])  # type: ignore[index]
             res["visible"] = {}
@@ -492,7 +495,8 @@ def report(results: list[dict[str, Any]]) -> None:
         s = r["single"]
         out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "
                   f"({b['bulk_chunks']:,} chunks in {b['bulk_s']:.0f} s; reindex_impacts {b['reindex_s']:.1f} s, "
-                  f"vacuum analyze {r['vacuum_s']:.0f} s, GIN for ts_rank_cd {r['gin_s']:.0f} s); "
+                  f"vacuum analyze {r['vacuum_s']:.0f} s, analyze_postings {r['sketch_s']:.0f} s, "
+                  f"GIN for ts_rank_cd {r['gin_s']:.0f} s); "
                   f"put_object one per transaction {s['chunks_per_s']:,.0f} chunks/s "
                   f"({s['objects_per_s']:,.0f} objects/s, {s['chunks']:,} chunks)\n")
         if "lifecycle" in r:

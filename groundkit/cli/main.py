@@ -155,11 +155,34 @@ def rebuild(dsn: DsnOption = None) -> None:
 
         def advance(done: int, total: int) -> None:
             # after the last batch: the postings' indexes, the statistics and the commit
-            label = "rebuild: indexes, statistics, commit" if done >= total else "rebuild"
+            label = "rebuild: indexes, statistics, sketches, commit" if done >= total else "rebuild"
             progress.update(task, completed=done, total=total, description=label)
 
         n = gk.rebuild(progress=advance)
     out.print(f"rebuilt {n} object(s) from the log")
+
+
+@app.command()
+@handle_errors
+def analyze(
+    min_postings: Annotated[
+        int | None,
+        typer.Option(help="Sketch lists at least this long (default: groundkit.config.sketch_min_postings)."),
+    ] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Sketch the long postings lists (planning statistics for search, like ANALYZE), with
+    progress. Run it after large loads; searches and writers go on meanwhile."""
+    with Groundkit.connect(dsn) as gk, Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+    ) as progress:
+        task = progress.add_task("analyze", total=None)
+
+        def advance(done: int, total: int) -> None:
+            progress.update(task, completed=done, total=total)
+
+        n = gk.analyze_postings(min_postings=min_postings, progress=advance)
+    out.print(f"sketched {n} postings list(s)")
 
 
 @app.command()
