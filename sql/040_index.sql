@@ -258,6 +258,7 @@ begin
     return n;
 end
 $$;
+
 -- Sketch every long list of shared content (docs/bm25.md, "Sketches"): for each (term, tier
 -- rank) list of at least min_postings postings (default: groundkit.config.sketch_min_postings),
 -- the impacts at ranks least(floor(256 * 2^((i - 1) / 4)), n), i = 1, 2, ... up to the list's

@@ -63,6 +63,9 @@ begin
     -- objects first, as writers lock them: the truncate alone took postings and chunks first,
     -- and a writer that had locked its object row and then wanted them deadlocked with it.
     lock table groundkit.objects in access exclusive mode;
+    -- and the sketches, which it makes at the end: an analyze_postings() running meanwhile would
+    -- hold them and wait for the statistics this truncates (a deadlock); it finishes first
+    lock table groundkit.postings_sketch in share row exclusive mode;
     truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
              groundkit.scope_stats;
     -- The postings' indexes are dropped and built again after the load (one sort each instead of

@@ -378,3 +378,36 @@ def test_rebuild_waits_for_a_writer_holding_an_object(community: Groundkit, dsn:
         writer.close()
     assert outcome == {"rebuilt": 1}
     assert {h.object_version for h in gk.search("t0", "loom")} == {2}
+
+
+def test_rebuild_waits_for_a_running_analyze(community: Groundkit, dsn: str) -> None:
+    """An analyze_postings() in flight holds the sketches and reads the statistics; a rebuild
+    that starts meanwhile waits for it before truncating anything (it sketches at its end, and
+    the two used to deadlock: the rebuild holding the truncated statistics, waiting for the
+    sketches)."""
+    gk = community
+    gk.put_object("a", 1, "board_post", "open", "T0", "Loom", "weaving on a loom")
+    analyze = psycopg.connect(dsn)  # plays an analyze_postings() between its lock and its reads
+    outcome: dict[str, object] = {}
+
+    def rebuild() -> None:
+        with Groundkit.connect(dsn) as admin:
+            try:
+                outcome["rebuilt"] = admin.rebuild()
+            except GroundkitError as exc:
+                outcome["error"] = exc.sqlstate
+
+    try:
+        analyze.execute("lock table groundkit.postings_sketch in share row exclusive mode")
+        thread = threading.Thread(target=rebuild)
+        thread.start()
+        thread.join(1.0)
+        assert thread.is_alive()  # waiting for the analyze
+        analyze.execute("set local lock_timeout = '5s'")
+        row = analyze.execute("select count(*) from groundkit.term_stats").fetchone()
+        assert row is not None and row[0] > 0  # the statistics are still there to read
+        analyze.commit()
+        thread.join(30)
+    finally:
+        analyze.close()
+    assert outcome == {"rebuilt": 1}
