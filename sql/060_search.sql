@@ -391,48 +391,41 @@ begin
     if v_strategy = 'threshold' then
         <<threshold>>
         begin
-            -- The terms by their largest possible contribution to a chunk the reader may see (the
-            -- top impact of each of the reader's lists), smallest first.
-            select array_agg(x.term order by x.maxc, x.term), array_agg(x.w order by x.maxc, x.term),
-                   array_agg(x.maxc order by x.maxc, x.term), array_agg(x.df order by x.maxc, x.term)
-              into t_terms, t_ws, t_maxcs, t_dfs
-              from (select u.term, u.w, u.df,
-                           u.w * least(1.0, coalesce(
-                               (select max(top.imp)
-                                  from unnest(buckets) as b(vk)
-                                 cross join lateral (
-                                       select p.imp from groundkit.postings p
-                                        where p.term = u.term and p.vis_key = b.vk
-                                        order by p.imp desc
-                                        limit 1) top), 0) * mult) as maxc
-                      from unnest(terms, ws, dfs) as u(term, w, df)) x;
-            nt := cardinality(t_terms);
-            k_cuts := array_fill(null::double precision, array[nt]);
-            k_ns := array_fill(null::bigint, array[nt]);
-            tot := (select sum(x) from unnest(t_maxcs) as x);
-            full_n := (select sum(x) from unnest(t_dfs) as x);
-
-            -- x_lb: a lower bound on the final k-th score, from real chunks: the best by their
-            -- partial sums among the top postings of every list (start_depth deep, for tests; 0
-            -- reads none), scored exactly, checked against the live predicate best-first (the k-th
-            -- visible score, or -infinity).
+            -- One statement reads the top postings of every list the reader may read and gives:
+            -- the terms by their largest possible contribution to a chunk the reader may see
+            -- (the top impact of each of the reader's lists), smallest first; and x_lb, a lower
+            -- bound on the final k-th score, from real chunks: the best by their partial sums
+            -- among those postings (start_depth deep, for tests; 0: none, and x_lb is
+            -- -infinity), scored exactly, checked against the live predicate best-first (the
+            -- k-th visible score, or -infinity).
             with q as (
-                select x.term, x.w from unnest(t_terms, t_ws) as x(term, w)
+                select u.term, u.w, u.df from unnest(terms, ws, dfs) as u(term, w, df)
             ),
-            p as (
-                select x.chunk_id, x.doc_len,
-                       q.w * x.tf / (x.tf + v_k1 * (1 - v_b + v_b * x.doc_len / v_avgdl)) as s
+            p as materialized (
+                select q.term, q.w, x.chunk_id, x.tf, x.doc_len, x.imp
                   from q
                  cross join unnest(buckets) as b(vk)
                  cross join lateral (
-                       select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
+                       select p.chunk_id, p.tf, p.doc_len, p.imp
+                         from groundkit.postings p
                         where p.term = q.term and p.vis_key = b.vk
                         order by p.imp desc
-                        limit coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))) x
+                        limit greatest(1, coalesce(_search_pruned.start_depth,
+                                                   greatest(64, 4 * _search_pruned.k)))) x
+            ),
+            mx as (
+                select q.term, q.w, q.df, q.w * least(1.0, coalesce(max(p.imp), 0) * mult) as maxc
+                  from q
+                  left join p on p.term = q.term
+                 group by q.term, q.w, q.df
             ),
             cand as (
-                select p.chunk_id, max(p.doc_len) as dl from p group by p.chunk_id
-                 order by sum(p.s) desc limit 4 * _search_pruned.k
+                select p.chunk_id, max(p.doc_len) as dl
+                  from p
+                 where coalesce(_search_pruned.start_depth, 1) > 0
+                 group by p.chunk_id
+                 order by sum(p.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) desc
+                 limit 4 * _search_pruned.k
             ),
             scored as (
                 select c.chunk_id,
@@ -441,14 +434,26 @@ begin
                  cross join q
                   join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
                  group by c.chunk_id
+            ),
+            lb as (
+                select case when count(*) >= _search_pruned.k then min(z.score) else '-infinity' end as x_lb
+                  from (select s.score
+                          from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+                         where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
+                                                                              _search_pruned.content_types,
+                                                                              _search_pruned.space_ids))
+                         limit _search_pruned.k) z
             )
-            select case when count(*) >= _search_pruned.k then min(z.score) else '-infinity' end into x_lb
-              from (select s.score
-                      from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
-                     where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
-                                                                          _search_pruned.content_types,
-                                                                          _search_pruned.space_ids))
-                     limit _search_pruned.k) z;
+            select array_agg(mx.term order by mx.maxc, mx.term), array_agg(mx.w order by mx.maxc, mx.term),
+                   array_agg(mx.maxc order by mx.maxc, mx.term), array_agg(mx.df order by mx.maxc, mx.term),
+                   (select lb.x_lb from lb)
+              into t_terms, t_ws, t_maxcs, t_dfs, x_lb
+              from mx;
+            nt := cardinality(t_terms);
+            k_cuts := array_fill(null::double precision, array[nt]);
+            k_ns := array_fill(null::bigint, array[nt]);
+            tot := (select sum(x) from unnest(t_maxcs) as x);
+            full_n := (select sum(x) from unnest(t_dfs) as x);
 
             guess := greatest(x_lb, 0.9 * tot);
             final := guess <= x_lb;
