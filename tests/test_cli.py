@@ -88,6 +88,31 @@ def test_ingest_shows_statuses(dsn: str, tmp_path: Path) -> None:
     assert result.exit_code == 1 and "bad.jsonl:1" in result.output
 
 
+def test_ingest_sketches_afterwards(dsn: str, tmp_path: Path) -> None:
+    """An ingest that wrote something sketches the postings lists, as `groundkit analyze`
+    does; --no-analyze leaves them as they were."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.conn.execute("update groundkit.config set sketch_min_postings = 5")
+    line = {"version": 1, "content_type": "board_post", "space_id": "commons", "tier_visibility": "T0",
+            "title": "t", "body": "loom"}
+    path = tmp_path / "objects.jsonl"
+    path.write_text("".join(json.dumps({**line, "object_id": f"p{i}"}) + "\n" for i in range(6)), encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), "--no-analyze", "--dsn", dsn])
+    assert result.exit_code == 0 and "6 applied" in result.output and "sketched" not in result.output
+    with Groundkit.connect(dsn) as gk:
+        assert gk.conn.execute("select count(*) as n from groundkit.postings_sketch").fetchone() == {"n": 0}
+    path.write_text("".join(json.dumps({**line, "object_id": f"q{i}"}) + "\n" for i in range(2)), encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), "--batch", "2", "--dsn", dsn])
+    assert result.exit_code == 0 and "2 applied" in result.output
+    assert "sketched 1 postings list(s)" in result.output
+    with Groundkit.connect(dsn) as gk:
+        rows = gk.conn.execute("select term, vis_key, n from groundkit.postings_sketch").fetchall()
+        assert rows == [{"term": "loom", "vis_key": 0, "n": 8}]
+    result = runner.invoke(app, ["ingest", str(path), "--dsn", dsn])  # duplicates only: nothing written
+    assert result.exit_code == 0 and "2 duplicate" in result.output and "sketched" not in result.output
+
+
 def test_ingest_in_batches(dsn: str, tmp_path: Path) -> None:
     """--batch writes through put_objects; an object seen twice goes to the next batch, so a
     file's repeated write still reads as a duplicate; a failing batch names where it stopped."""

@@ -103,9 +103,12 @@ def ingest(
                                          dir_okay=False, readable=True)],
     batch: Annotated[int, typer.Option("--batch", min=1, max=5000,
                                        help="Objects per transaction (put_objects); 1 writes each object alone.")] = 1,
+    analyze: Annotated[bool, typer.Option(help="Sketch the postings lists afterwards (groundkit analyze), "
+                                               "when anything was written.")] = True,
     dsn: DsnOption = None,
 ) -> None:
-    """Write objects from a JSON Lines file, one transaction per object (or per --batch), with progress."""
+    """Write objects from a JSON Lines file, one transaction per object (or per --batch), with
+    progress; then sketch the postings lists for search's planning, as `groundkit analyze` does."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     objects = []
     for n, line in enumerate(lines, start=1):
@@ -140,7 +143,17 @@ def ingest(
                 counts[result.status.value] = counts.get(result.status.value, 0) + 1
             done += len(group)
             progress.advance(task, len(group))
+        sketched = None
+        if analyze and counts.get("applied"):
+            sketching = progress.add_task("sketches", total=None)
+
+            def advance(n: int, total: int) -> None:
+                progress.update(sketching, completed=n, total=total)
+
+            sketched = gk.analyze_postings(progress=advance)
     out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to ingest")
+    if sketched is not None:
+        out.print(f"sketched {sketched} postings list(s)")
 
 
 @app.command()
