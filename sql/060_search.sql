@@ -621,13 +621,15 @@ begin
                          where x.ecut > 0
                          group by p.chunk_id
                     ),
-                    s as (
+                    -- (materialized: each chunk's lookups run once, not once per use of known
+                    -- below; none when a chunk holds every read term, or one term is read)
+                    s as materialized (
                         select d.chunk_id, d.dl,
-                               d.known + coalesce(
+                               d.known + case when cardinality(d.terms) < (select count(*) from x) then coalesce(
                                    (select sum(x.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * d.dl / v_avgdl)))
                                       from x
                                       join groundkit.postings pp on pp.term = x.term and pp.chunk_id = d.chunk_id
-                                     where x.term <> all (d.terms)), 0) as known
+                                     where x.term <> all (d.terms)), 0) else 0 end as known
                           from d
                     )
                     select coalesce(array_agg(s.chunk_id) filter (where s.known + p_max >= thr_f), '{}'),
