@@ -349,13 +349,10 @@ def test_rebuild_in_batches(community: Groundkit) -> None:
         assert same_up_to_ties(after[key], before[key]), key
 
 
-def test_rebuild_waits_for_a_writer_holding_an_object(community: Groundkit, dsn: str) -> None:
-    """A writer that holds an object row and then writes derived rows finishes before a rebuild
-    that started meanwhile (the rebuild locks objects first, as writers do); the two used to
-    deadlock when the rebuild's truncate took postings and chunks first."""
-    gk = community
-    gk.put_object("a", 1, "board_post", "open", "T0", "Loom", "weaving on a loom")
-    writer = psycopg.connect(dsn)
+def _rebuild_behind(dsn: str, holder: psycopg.Connection[Any], hold: str,
+                    meanwhile: Callable[[], None]) -> dict[str, object]:
+    """Run ``hold`` on ``holder``, start a rebuild in a thread, check that it waits, run
+    ``meanwhile`` (still holding), commit ``holder``; return what the rebuild returned or raised."""
     outcome: dict[str, object] = {}
 
     def rebuild() -> None:
@@ -366,16 +363,31 @@ def test_rebuild_waits_for_a_writer_holding_an_object(community: Groundkit, dsn:
                 outcome["error"] = exc.sqlstate
 
     try:
-        writer.execute("select 1 from groundkit.objects where object_id = 'a' for update")
+        holder.execute(hold)
         thread = threading.Thread(target=rebuild)
         thread.start()
         thread.join(1.0)
-        assert thread.is_alive()  # waiting for the writer
-        writer.execute("select groundkit.put_object('a', 2, 'board_post', 'open', 'T0', 'Loom', 'a floor loom')")
-        writer.commit()
+        assert thread.is_alive()  # waiting for the holder
+        meanwhile()
+        holder.commit()
         thread.join(30)
     finally:
-        writer.close()
+        holder.close()
+    return outcome
+
+
+def test_rebuild_waits_for_a_writer_holding_an_object(community: Groundkit, dsn: str) -> None:
+    """A writer that holds an object row and then writes derived rows finishes before a rebuild
+    that started meanwhile (the rebuild locks objects first, as writers do); the two used to
+    deadlock when the rebuild's truncate took postings and chunks first."""
+    gk = community
+    gk.put_object("a", 1, "board_post", "open", "T0", "Loom", "weaving on a loom")
+    writer = psycopg.connect(dsn)
+
+    def write() -> None:
+        writer.execute("select groundkit.put_object('a', 2, 'board_post', 'open', 'T0', 'Loom', 'a floor loom')")
+
+    outcome = _rebuild_behind(dsn, writer, "select 1 from groundkit.objects where object_id = 'a' for update", write)
     assert outcome == {"rebuilt": 1}
     assert {h.object_version for h in gk.search("t0", "loom")} == {2}
 
@@ -388,26 +400,12 @@ def test_rebuild_waits_for_a_running_analyze(community: Groundkit, dsn: str) -> 
     gk = community
     gk.put_object("a", 1, "board_post", "open", "T0", "Loom", "weaving on a loom")
     analyze = psycopg.connect(dsn)  # plays an analyze_postings() between its lock and its reads
-    outcome: dict[str, object] = {}
 
-    def rebuild() -> None:
-        with Groundkit.connect(dsn) as admin:
-            try:
-                outcome["rebuilt"] = admin.rebuild()
-            except GroundkitError as exc:
-                outcome["error"] = exc.sqlstate
-
-    try:
-        analyze.execute("lock table groundkit.postings_sketch in share row exclusive mode")
-        thread = threading.Thread(target=rebuild)
-        thread.start()
-        thread.join(1.0)
-        assert thread.is_alive()  # waiting for the analyze
+    def read_statistics() -> None:
         analyze.execute("set local lock_timeout = '5s'")
         row = analyze.execute("select count(*) from groundkit.term_stats").fetchone()
         assert row is not None and row[0] > 0  # the statistics are still there to read
-        analyze.commit()
-        thread.join(30)
-    finally:
-        analyze.close()
+
+    outcome = _rebuild_behind(dsn, analyze, "lock table groundkit.postings_sketch in share row exclusive mode",
+                              read_statistics)
     assert outcome == {"rebuilt": 1}
