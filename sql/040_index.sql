@@ -259,6 +259,16 @@ begin
 end
 $$;
 
+-- The rank (1-based, in impact order) of a sketch's i-th impact, for a list of n postings:
+-- 256 * 2^((i - 1) / 4), at most n. analyze_postings() stores the impacts at these ranks and
+-- _sketched_size() reads ranges off them.
+create or replace function groundkit._sketch_rank(i integer, n bigint) returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select least(floor(256 * 2 ^ ((i - 1) / 4.0))::bigint, n)
+$$;
+
 -- Sketch every long list of shared content (docs/bm25.md, "Sketches"): for each (term, tier
 -- rank) list of at least min_postings postings (default: groundkit.config.sketch_min_postings),
 -- the impacts at ranks least(floor(256 * 2^((i - 1) / 4)), n), i = 1, 2, ... up to the list's
@@ -300,9 +310,9 @@ begin
         if cardinality(imps) > 0 then
             insert into groundkit.postings_sketch (term, vis_key, n, imps)
             select l.term, l.scope, cardinality(imps),
-                   array(select imps[least(floor(256 * 2 ^ ((i - 1) / 4.0))::bigint, cardinality(imps))]
+                   array(select imps[groundkit._sketch_rank(i, cardinality(imps))]
                            from generate_series(1, 200) as i
-                          where i = 1 or floor(256 * 2 ^ ((i - 2) / 4.0)) < cardinality(imps)
+                          where i = 1 or groundkit._sketch_rank(i - 1, cardinality(imps)) < cardinality(imps)
                           order by i);
         end if;
         done := done + 1;

@@ -181,8 +181,7 @@ as $$
                   * coalesce((select sum(ts.df) from groundkit.term_stats ts
                                where ts.term = s.term and ts.scope = s.vis_key), 0)
                   / s.n as est
-             from (select least(floor(256 * 2 ^ ((c.m - 1) / 4.0)), s.n) as r1,
-                          least(floor(256 * 2 ^ (c.m / 4.0)), s.n) as r2) r) e
+             from (select groundkit._sketch_rank(c.m, s.n) as r1, groundkit._sketch_rank(c.m + 1, s.n) as r2) r) e
      where s.term = p_term and s.vis_key = any (p_buckets)
 $$;
 
