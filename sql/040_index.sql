@@ -259,23 +259,13 @@ begin
 end
 $$;
 
--- The rank (1-based, in impact order) of a sketch's i-th impact, for a list of n postings:
--- 256 * 2^((i - 1) / 4), at most n. analyze_postings() stores the impacts at these ranks and
--- _sketched_size() reads ranges off them.
-create or replace function groundkit._sketch_rank(i integer, n bigint) returns bigint
-language sql immutable parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-    select least(floor(256 * 2 ^ ((i - 1) / 4.0))::bigint, n)
-$$;
-
 -- Sketch every long list of shared content (docs/bm25.md, "Sketches"): for each (term, tier
 -- rank) list of at least min_postings postings (default: groundkit.config.sketch_min_postings),
 -- the impacts at ranks least(floor(256 * 2^((i - 1) / 4)), n), i = 1, 2, ... up to the list's
--- length n. Replaces every sketch in one transaction (searches see the old ones until it
--- commits; writers are not blocked). Returns the number of lists sketched; progress goes out
--- as DEBUG messages 'groundkit.analyze_postings: <done> of <total> lists'. Planner statistics
--- only: search answers are the same with any sketches or none.
+-- length n, and those ranks. Replaces every sketch in one transaction (searches see the old
+-- ones until it commits; writers are not blocked). Returns the number of lists sketched;
+-- progress goes out as DEBUG messages 'groundkit.analyze_postings: <done> of <total> lists'.
+-- Planner statistics only: search answers are the same with any sketches or none.
 create or replace function groundkit.analyze_postings(min_postings integer default null)
 returns bigint
 language plpgsql
@@ -286,6 +276,7 @@ declare
     total bigint;
     done bigint := 0;
     imps real[];
+    ranks bigint[];
     v_min integer := coalesce(analyze_postings.min_postings,
                               (select c.sketch_min_postings from groundkit.config c));
 begin
@@ -308,12 +299,13 @@ begin
                        where p.term = l.term and p.vis_key = l.scope
                        order by p.imp desc);
         if cardinality(imps) > 0 then
-            insert into groundkit.postings_sketch (term, vis_key, n, imps)
-            select l.term, l.scope, cardinality(imps),
-                   array(select imps[groundkit._sketch_rank(i, cardinality(imps))]
-                           from generate_series(1, 200) as i
-                          where i = 1 or groundkit._sketch_rank(i - 1, cardinality(imps)) < cardinality(imps)
-                          order by i);
+            -- ranks 256 * 2^((i - 1) / 4), up to the first at or past the list's end (then n)
+            ranks := array(select least(floor(256 * 2 ^ ((i - 1) / 4.0))::bigint, cardinality(imps))
+                             from generate_series(1, 200) as i
+                            where i = 1 or floor(256 * 2 ^ ((i - 2) / 4.0)) < cardinality(imps)
+                            order by i);
+            insert into groundkit.postings_sketch (term, vis_key, n, ranks, imps)
+            select l.term, l.scope, cardinality(imps), ranks, array(select imps[r] from unnest(ranks) as r);
         end if;
         done := done + 1;
         raise debug 'groundkit.analyze_postings: % of % lists', done, total;

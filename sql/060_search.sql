@@ -175,13 +175,13 @@ as $$
            select case
                       when c.m = 0 then null  -- (least and greatest skip nulls)
                       when c.m = cardinality(s.imps) then s.n::double precision
-                      else greatest(0, least(s.n, r.r1 + (r.r2 - r.r1) * (s.imps[c.m] - p_cut)
+                      else greatest(0, least(s.n, s.ranks[c.m] + (s.ranks[c.m + 1] - s.ranks[c.m])
+                                                                  * (s.imps[c.m] - p_cut)
                                                      / nullif(s.imps[c.m]::double precision - s.imps[c.m + 1], 0)))
                   end
                   * coalesce((select sum(ts.df) from groundkit.term_stats ts
                                where ts.term = s.term and ts.scope = s.vis_key), 0)
-                  / s.n as est
-             from (select groundkit._sketch_rank(c.m, s.n) as r1, groundkit._sketch_rank(c.m + 1, s.n) as r2) r) e
+                  / s.n as est) e
      where s.term = p_term and s.vis_key = any (p_buckets)
 $$;
 

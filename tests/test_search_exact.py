@@ -228,6 +228,7 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
 def _corrupt_sketches(conn: psycopg.Connection[Any]) -> None:
     """Sketches that say nothing true: lengths off, impacts scaled, shuffled and out of order."""
     conn.execute("update groundkit.postings_sketch set n = n * 7 + 3,"
+                  " ranks = array(select r * 3 - o from unnest(ranks) with ordinality as u(r, o) order by r desc),"
                   " imps = array(select (x * (0.3 + (o % 5) * 0.4))::real"
                   " from unnest(imps) with ordinality as u(x, o) order by (o * 7919) % 13)")
 
@@ -516,7 +517,9 @@ def test_sketched_range_sizes(community: Groundkit) -> None:
             list_imps = [x for (x,) in raw.execute(
                 "select imp from groundkit.postings where term = %s and vis_key = %s order by imp desc",
                 (term, vis_key)).fetchall()]
-            assert n == len(list_imps)
+            ranks = raw.execute("select ranks from groundkit.postings_sketch where term = %s and vis_key = %s",
+                                (term, vis_key)).fetchone()
+            assert n == len(list_imps) and ranks is not None and ranks[0] == _sketch_ranks(n)
             assert imps == [list_imps[r - 1] for r in _sketch_ranks(n)]
 
         # the size of a range as one sketch gives it, worked out here: between the two sketched

@@ -29,13 +29,15 @@ def upgrade() -> None:
     op.execute(
         """
 -- A long postings list of shared content (vis_key = the tier rank it needs), as it was when
--- groundkit.analyze_postings() last ran: n postings; imps[i] the impact at rank
--- least(floor(256 * 2^((i - 1) / 4)), n) in impact order (1-based), the last element at rank n.
+-- groundkit.analyze_postings() last ran: n postings; imps[i] the impact at rank ranks[i] in
+-- impact order (1-based; analyze_postings takes least(floor(256 * 2^((i - 1) / 4)), n), so the
+-- last rank is n).
 create table groundkit.postings_sketch (
     term text not null,
     vis_key bigint not null,
     n bigint not null check (n > 0),
-    imps real[] not null check (cardinality(imps) > 0),
+    ranks bigint[] not null,
+    imps real[] not null check (cardinality(imps) > 0 and cardinality(imps) = cardinality(ranks)),
     primary key (term, vis_key)
 );
 
