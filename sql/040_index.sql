@@ -272,9 +272,9 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    l record;
-    total bigint;
-    done bigint := 0;
+    l_terms text[];
+    l_scopes integer[];
+    i integer;
     imps real[];
     ranks bigint[];
     v_min integer := coalesce(analyze_postings.min_postings,
@@ -288,27 +288,26 @@ begin
     lock table groundkit.postings_sketch in share row exclusive mode;
     delete from groundkit.postings_sketch;
     -- The lists: shared content's document frequencies per tier rank are its lists' lengths.
-    select count(*) into total
-      from (select 1 from groundkit.term_stats ts group by ts.term, ts.scope
+    select coalesce(array_agg(x.term order by x.term, x.scope), '{}'),
+           coalesce(array_agg(x.scope order by x.term, x.scope), '{}')
+      into l_terms, l_scopes
+      from (select ts.term, ts.scope from groundkit.term_stats ts group by ts.term, ts.scope
              having sum(ts.df) >= v_min) x;
-    for l in select ts.term, ts.scope from groundkit.term_stats ts group by ts.term, ts.scope
-              having sum(ts.df) >= v_min
-              order by ts.term, ts.scope
-    loop
+    for i in 1 .. cardinality(l_terms) loop
         imps := array(select p.imp from groundkit.postings p
-                       where p.term = l.term and p.vis_key = l.scope
+                       where p.term = l_terms[i] and p.vis_key = l_scopes[i]
                        order by p.imp desc);
         if cardinality(imps) > 0 then
-            -- ranks 256 * 2^((i - 1) / 4), up to the first at or past the list's end (then n)
-            ranks := array(select least(floor(256 * 2 ^ ((i - 1) / 4.0))::bigint, cardinality(imps))
-                             from generate_series(1, 200) as i
-                            where i = 1 or floor(256 * 2 ^ ((i - 2) / 4.0)) < cardinality(imps)
-                            order by i);
+            -- ranks 256 * 2^((j - 1) / 4), up to the first at or past the list's end (then n)
+            ranks := array(select least(floor(256 * 2 ^ ((j - 1) / 4.0))::bigint, cardinality(imps))
+                             from generate_series(1, 200) as j
+                            where j = 1 or floor(256 * 2 ^ ((j - 2) / 4.0)) < cardinality(imps)
+                            order by j);
             insert into groundkit.postings_sketch (term, vis_key, n, ranks, imps)
-            select l.term, l.scope, cardinality(imps), ranks, array(select imps[r] from unnest(ranks) as r);
+            select l_terms[i], l_scopes[i], cardinality(imps), ranks,
+                   array(select imps[u.r] from unnest(ranks) with ordinality as u(r, o) order by u.o);
         end if;
-        done := done + 1;
-        raise debug 'groundkit.analyze_postings: % of % lists', done, total;
+        raise debug 'groundkit.analyze_postings: % of % lists', i, cardinality(l_terms);
     end loop;
     return (select count(*) from groundkit.postings_sketch);
 end

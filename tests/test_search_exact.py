@@ -517,9 +517,9 @@ def test_sketched_range_sizes(community: Groundkit) -> None:
             list_imps = [x for (x,) in raw.execute(
                 "select imp from groundkit.postings where term = %s and vis_key = %s order by imp desc",
                 (term, vis_key)).fetchall()]
-            ranks = raw.execute("select ranks from groundkit.postings_sketch where term = %s and vis_key = %s",
-                                (term, vis_key)).fetchone()
-            assert n == len(list_imps) and ranks is not None and ranks[0] == _sketch_ranks(n)
+            stored = raw.execute("select ranks from groundkit.postings_sketch where term = %s and vis_key = %s",
+                                 (term, vis_key)).fetchone()
+            assert n == len(list_imps) and stored is not None and stored[0] == _sketch_ranks(n)
             assert imps == [list_imps[r - 1] for r in _sketch_ranks(n)]
 
         # the size of a range as one sketch gives it, worked out here: between the two sketched
