@@ -90,7 +90,8 @@ def test_ingest_shows_statuses(dsn: str, tmp_path: Path) -> None:
 
 def test_ingest_sketches_afterwards(dsn: str, tmp_path: Path) -> None:
     """An ingest that wrote something sketches the postings lists, as `groundkit analyze`
-    does; --no-analyze leaves them as they were."""
+    does, with --analyze or by default after 1,000 objects; --no-analyze, or fewer objects,
+    leaves them as they were."""
     with Groundkit.connect(dsn) as gk:
         gk.put_space("commons")
         gk.conn.execute("update groundkit.config set sketch_min_postings = 5")
@@ -103,14 +104,22 @@ def test_ingest_sketches_afterwards(dsn: str, tmp_path: Path) -> None:
     with Groundkit.connect(dsn) as gk:
         assert gk.conn.execute("select count(*) as n from groundkit.postings_sketch").fetchone() == {"n": 0}
     path.write_text("".join(json.dumps({**line, "object_id": f"q{i}"}) + "\n" for i in range(2)), encoding="utf-8")
-    result = runner.invoke(app, ["ingest", str(path), "--batch", "2", "--dsn", dsn])
+    result = runner.invoke(app, ["ingest", str(path), "--batch", "2", "--dsn", dsn])  # a small load
+    assert result.exit_code == 0 and "2 applied" in result.output and "sketched" not in result.output
+    path.write_text("".join(json.dumps({**line, "object_id": f"r{i}"}) + "\n" for i in range(2)), encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), "--batch", "2", "--analyze", "--dsn", dsn])
     assert result.exit_code == 0 and "2 applied" in result.output
     assert "sketched 1 postings list(s)" in result.output
     with Groundkit.connect(dsn) as gk:
         rows = gk.conn.execute("select term, vis_key, n from groundkit.postings_sketch").fetchall()
-        assert rows == [{"term": "loom", "vis_key": 0, "n": 8}]
-    result = runner.invoke(app, ["ingest", str(path), "--dsn", dsn])  # duplicates only: nothing written
+        assert rows == [{"term": "loom", "vis_key": 0, "n": 10}]
+    result = runner.invoke(app, ["ingest", str(path), "--analyze", "--dsn", dsn])  # duplicates: nothing written
     assert result.exit_code == 0 and "2 duplicate" in result.output and "sketched" not in result.output
+    many = [{**line, "object_id": f"m{i}"} for i in range(1000)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in many), encoding="utf-8")
+    result = runner.invoke(app, ["ingest", str(path), "--batch", "500", "--dsn", dsn])  # a large load
+    assert result.exit_code == 0 and "1000 applied" in result.output
+    assert "sketched 1 postings list(s)" in result.output
 
 
 def test_ingest_in_batches(dsn: str, tmp_path: Path) -> None:

@@ -103,12 +103,15 @@ def ingest(
                                          dir_okay=False, readable=True)],
     batch: Annotated[int, typer.Option("--batch", min=1, max=5000,
                                        help="Objects per transaction (put_objects); 1 writes each object alone.")] = 1,
-    analyze: Annotated[bool, typer.Option(help="Sketch the postings lists afterwards (groundkit analyze), "
-                                               "when anything was written.")] = True,
+    analyze: Annotated[bool | None, typer.Option(
+        "--analyze/--no-analyze",
+        help="Sketch the postings lists afterwards (groundkit analyze); by default when at least "
+             "1,000 objects were written.")] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Write objects from a JSON Lines file, one transaction per object (or per --batch), with
-    progress; then sketch the postings lists for search's planning, as `groundkit analyze` does."""
+    progress; then, after a large load, sketch the postings lists for search's planning, as
+    `groundkit analyze` does."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     objects = []
     for n, line in enumerate(lines, start=1):
@@ -144,7 +147,8 @@ def ingest(
             done += len(group)
             progress.advance(task, len(group))
         sketched = None
-        if analyze and counts.get("applied"):
+        written = counts.get("applied", 0)
+        if written and (analyze or (analyze is None and written >= 1000)):
             sketching = progress.add_task("sketches", total=None)
 
             def advance(n: int, total: int) -> None:
