@@ -218,9 +218,10 @@ drop function if exists groundkit._search_pruned(text, text, integer, text[], te
 -- lists are short are scanned whole instead (one aggregate, below). strategy (tests and
 -- benchmarks) forces one: 'scan', 'threshold' or 'rounds' ('extend': the threshold rounds,
 -- extending a round whenever that is allowed, whatever it costs; 'shares': the threshold rounds,
--- reading every round in two passes whatever its length). Without it, start_depth 0 forces the
--- scan and a positive start_depth the pruned rounds, starting that deep; with 'threshold',
--- 'extend' or 'shares' it is how deep the first lower bound reads (0: none).
+-- reading every round in two passes whatever its length; 'merge': the threshold rounds, reading
+-- every round's ranges from the primary key in chunk-id order). Without it, start_depth 0 forces
+-- the scan and a positive start_depth the pruned rounds, starting that deep; with 'threshold',
+-- 'extend', 'shares' or 'merge' it is how deep the first lower bound reads (0: none).
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
@@ -319,6 +320,13 @@ declare
     budget double precision;
     taus double precision[];
     d_ids bigint[];
+    -- rounds that read one or two terms: by a join, no grouping
+    rd integer[];
+    joined boolean;
+    merged boolean;
+    m_sql text;
+    d_cut double precision;
+    est_d double precision;
     -- range counts kept from round to round: where each term was last counted, and its count
     k_cuts double precision[];
     k_ns bigint[];
@@ -330,8 +338,8 @@ declare
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
-       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'shares', 'rounds') then
-        raise exception 'strategy must be scan, threshold, extend, shares or rounds (got %)', quote_literal(_search_pruned.strategy)
+       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'shares', 'merge', 'rounds') then
+        raise exception 'strategy must be scan, threshold, extend, shares, merge or rounds (got %)', quote_literal(_search_pruned.strategy)
             using errcode = 'GK005';
     end if;
     -- fail closed: no reader row, no results
@@ -380,7 +388,7 @@ begin
     -- lists are short (at most 20,000 postings of shared content), where one aggregate over them
     -- costs less than any bookkeeping; otherwise the threshold rounds (docs/bm25.md, measured).
     v_strategy := coalesce(
-        case when _search_pruned.strategy in ('extend', 'shares') then 'threshold' else _search_pruned.strategy end,
+        case when _search_pruned.strategy in ('extend', 'shares', 'merge') then 'threshold' else _search_pruned.strategy end,
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
         case when cardinality(terms) = 1 then 'rounds'
@@ -658,7 +666,23 @@ begin
                     -- than planning pass 2).
                     n_big := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
                     d_ids := null;
-                    if (n_big >= 20000 or _search_pruned.strategy = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f) then
+                    taus := null;
+                    est_d := null;
+                    rd := array(select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr order by x.i);
+                    joined := cardinality(rd) <= 2;
+                    -- Whole lists (every read term's cut at or below 0), long: read in chunk-id
+                    -- order from the primary key and merged (docs/bm25.md, "Merged reads"), when
+                    -- the reader's lists are most of the terms' postings (the primary key holds
+                    -- every bucket's).
+                    -- ('merge', for tests: every round, whatever its cuts.)
+                    merged := case _search_pruned.strategy when 'merge' then true when 'shares' then false
+                              else n_big >= 20000
+                                   and not exists (select 1 from unnest(rd) as r(i) where cuts[r.i] > 0)
+                                   and 2 * n_big >= (select coalesce(sum(ts.df), 0) from groundkit.term_stats ts
+                                                      where ts.term in (select t_terms[r.i] from unnest(rd) as r(i)))
+                              end;
+                    if (n_big >= 20000 or _search_pruned.strategy = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f)
+                       and _search_pruned.strategy is distinct from 'merge' then
                         budget := (thr_f - p_max) * (1 - 1e-7);
                         taus := array_fill(null::double precision, array[nt]);
                         for j in select x.i from unnest(ns, probe) with ordinality as x(n, pr, i)
@@ -674,30 +698,48 @@ begin
                           from unnest(probe, taus, t_maxcs) with ordinality as x(pr, tau, mc, i)
                          cross join (select sum(y.mc) as mc from unnest(probe, taus, t_maxcs) as y(pr, tau, mc)
                                       where not y.pr and y.tau is null) o;
-                        -- (at most a fifth of the ranges' postings, else one pass: then pass 2
-                        -- saves less than pass 1 costs; no limit when forced, D must be whole. A
-                        -- chunk may be in D twice: harmless for the hashed filter, cheaper than
-                        -- a distinct that a round going back to one pass would pay for nothing.)
-                        select coalesce(array_agg(s.chunk_id), '{}'), count(*) into d_ids, n_one
-                          from (select p.chunk_id
-                                  from unnest(t_terms, t_ws, cuts, probe, taus) as x(term, w, cut, pr, tau)
-                                  join groundkit.postings p
-                                    on p.term = x.term and p.vis_key = any (buckets)
-                                   and p.imp >= greatest(x.cut, x.tau / (x.w * mult))
-                                 where not x.pr
-                                   and x.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl)) >= x.tau
-                                 limit case when _search_pruned.strategy = 'shares' then null
-                                            else floor(n_big / 5)::bigint + 1 end) s;
-                        if n_one > n_big / 5 and _search_pruned.strategy is distinct from 'shares' then
-                            d_ids := null;
+                        -- D's size before pass 1 is paid for: at most the postings at or above
+                        -- each read term's share (from the sketches, or counted), which pass 1
+                        -- reads. Over a fifth of the ranges' postings: one pass instead (pass 2
+                        -- would save less than pass 1 costs; a pass 1 stopped there, as until
+                        -- revision 0004, cost as much as a merged read of whole lists).
+                        est_d := 0;
+                        if _search_pruned.strategy is distinct from 'shares' then
+                            for j in select r.i from unnest(rd) as r(i) where taus[r.i] < t_maxcs[r.i] loop
+                                d_cut := greatest(cuts[j], taus[j] / (t_ws[j] * mult));
+                                select z.n, z.keys into n_sk, sk_keys
+                                  from groundkit._sketched_size(t_terms[j], d_cut, buckets) z;
+                                rest_keys := case when cardinality(sk_keys) > 0
+                                                  then array(select b from unnest(buckets) as b where b <> all (sk_keys))
+                                                  else buckets end;
+                                select count(*) into n_one
+                                  from (select 1 from groundkit.postings p
+                                         where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= d_cut
+                                         limit floor(n_big / 5)::bigint + 1) x;
+                                est_d := est_d + coalesce(n_sk, 0) + n_one;
+                                exit when est_d > n_big / 5;
+                            end loop;
                         end if;
-                        raise debug 'groundkit pruned: threshold shares % D % of % postings, %', taus, n_one, n_big,
-                            case when d_ids is null then 'one pass' else 'two passes' end;
+                        raise debug 'groundkit pruned: threshold D estimated at % of % postings', est_d, n_big;
+                        if est_d <= n_big / 5 then
+                            -- (Not cut short: D is whole, however far the estimate was off, for
+                            -- sketches can be stale. A chunk may be in D twice: harmless for the
+                            -- hashed filter, cheaper than a distinct.)
+                            select coalesce(array_agg(s.chunk_id), '{}'), count(*) into d_ids, n_one
+                              from (select p.chunk_id
+                                      from unnest(t_terms, t_ws, cuts, probe, taus) as x(term, w, cut, pr, tau)
+                                      join groundkit.postings p
+                                        on p.term = x.term and p.vis_key = any (buckets)
+                                       and p.imp >= greatest(x.cut, x.tau / (x.w * mult))
+                                     where not x.pr
+                                       and x.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl)) >= x.tau) s;
+                            raise debug 'groundkit pruned: threshold shares % D % of % postings, two passes', taus, n_one, n_big;
+                        end if;
                     end if;
                     if d_ids is not null then
                         -- EXECUTE: planned with D as a constant, so that "= any" is a hashed filter
-                        -- (chunk_id + 0: not an index condition; a primary-key scan would have to
-                        -- fetch each posting's impact from the table).
+                        -- (chunk_id + 0: not an index condition, so the ranges are read in impact
+                        -- order and filtered, not looked up chunk by chunk in the primary key).
                         execute 'with q as (
                                      select x.term, x.w, x.cut
                                        from unnest($1::text[], $2::double precision[], $3::double precision[],
@@ -724,6 +766,54 @@ begin
                         -- (a term's postings are distinct chunks; counted up to 40,000).
                         n_read := (select coalesce(max(least(x.n, 40000)), 0)::bigint
                                      from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    elsif merged then
+                        -- One index-only scan of the primary key per term, each in chunk-id order,
+                        -- merged (Merge Append) and summed chunk by chunk (GroupAggregate): no hash
+                        -- table over hundreds of thousands of chunks. (EXECUTE: one branch per
+                        -- term read; only the term's position is written into the text.)
+                        m_sql := (select string_agg(format(
+                                      '(select q.chunk_id, q.tf, q.doc_len, ($2)[%s] as w from groundkit.postings q'
+                                      ' where q.term = ($1)[%s] and q.vis_key = any ($3) and q.imp >= ($9)[%s]'
+                                      ' order by q.chunk_id)',
+                                      r.i, r.i, r.i), ' union all ')
+                                    from unnest(rd) as r(i));
+                        execute 'select coalesce(array_agg(c.chunk_id) filter (where c.known + $7 >= $8), ''{}''),
+                                        coalesce(array_agg(c.known) filter (where c.known + $7 >= $8), ''{}''),
+                                        coalesce(array_agg(c.dl) filter (where c.known + $7 >= $8), ''{}''),
+                                        count(*)
+                                   from (select p.chunk_id, max(p.doc_len) as dl,
+                                                sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6))) as known
+                                           from (select * from (' || m_sql || ') u order by u.chunk_id) p
+                                          group by p.chunk_id) c'
+                          into c_ids, c_known, c_dl, n_read
+                          using t_terms, t_ws, buckets, v_k1, v_b, v_avgdl, p_max, thr_f, cuts;
+                        raise debug 'groundkit pruned: threshold merges % lists', cardinality(rd);
+                    elsif joined then
+                        -- One or two terms read (docs/bm25.md, "Joined reads"): a term's range holds
+                        -- a chunk at most once, so the two ranges are joined by chunk id (a full
+                        -- join: a chunk may be in one of them only) and nothing is grouped. The
+                        -- same chunks and values as the one pass below; a hash join costs about a
+                        -- third of what grouping costs a posting. (A full join has no nested-loop
+                        -- plan: no per-chunk index probes.)
+                        select coalesce(array_agg(z.id) filter (where z.known + p_max >= thr_f), '{}'),
+                               coalesce(array_agg(z.known) filter (where z.known + p_max >= thr_f), '{}'),
+                               coalesce(array_agg(z.dl) filter (where z.known + p_max >= thr_f), '{}'),
+                               count(*)
+                          into c_ids, c_known, c_dl, n_read
+                          from (select coalesce(a.chunk_id, b.chunk_id) as id,
+                                       coalesce(a.doc_len, b.doc_len) as dl,
+                                       coalesce(t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
+                                       + coalesce(t_ws[rd[2]] * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
+                                           as known
+                                  from (select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
+                                         where p.term = t_terms[rd[1]] and p.vis_key = any (buckets)
+                                           and p.imp >= cuts[rd[1]]) a
+                                  full join (select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
+                                              where cardinality(rd) = 2 and p.term = t_terms[rd[2]]
+                                                and p.vis_key = any (buckets) and p.imp >= cuts[rd[2]]) b
+                                    on a.chunk_id = b.chunk_id
+                                offset 0) z;  -- (known computed once a row, not once per filter)
+                        raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
                     else
                         with q as (
                             select x.term, x.w, x.cut

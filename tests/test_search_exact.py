@@ -5,8 +5,9 @@ every reader, selective ones included. Three answers are compared:
 
 - ``groundkit._search_pruned`` forced to run the pruned rounds starting one posting deep, so
   it goes through many rounds of pruning and deepening even on a small corpus; forced to scan;
-  forced to run the threshold rounds (also extending every round it may, and reading every
-  round in two passes by shares); and left to choose (on these small corpora: the scan);
+  forced to run the threshold rounds (also extending every round it may, reading every round
+  in two passes by shares, and reading every round's ranges merged in chunk-id order); and left
+  to choose (on these small corpora: the scan);
 - ``groundkit._search_exhaustive``, the one-aggregate scorer over every posting;
 - a brute force written here in Python from the raw tables (visibility, statistics scopes and
   the Lucene formula re-implemented, with only the analyzer shared).
@@ -43,7 +44,8 @@ REL_TOL = 1e-9
 STRATEGIES = (", start_depth => 1", ", start_depth => 3", ", strategy => 'scan'", ", strategy => 'threshold'",
               ", strategy => 'threshold', start_depth => 1", ", strategy => 'threshold', start_depth => 0",
               ", strategy => 'extend'", ", strategy => 'extend', start_depth => 1",
-              ", strategy => 'shares'", ", strategy => 'shares', start_depth => 1", "")
+              ", strategy => 'shares'", ", strategy => 'shares', start_depth => 1",
+              ", strategy => 'merge'", ", strategy => 'merge', start_depth => 1", "")
 
 
 @dataclass(frozen=True)
@@ -400,11 +402,19 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
             for query in queries:
                 for k in (1, 5, 10, 30):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
-                    for strategy in ("threshold", "extend", "shares"):
+                    for strategy in ("threshold", "extend", "shares", "merge"):
                         raw.execute("set client_min_messages = debug1")
                         got = _rows(raw, "_search_pruned", reader, query, k, f", strategy => '{strategy}'")
                         raw.execute("reset client_min_messages")
                         _assert_same(got, want, f"{strategy} {reader!r} {query!r} k={k}")
+    # every round that reads one or two terms joins their ranges unless forced otherwise; 'merge'
+    # reads every round merged in chunk-id order (some with a term read to a positive cut)
+    assert any(m == "groundkit pruned: threshold joins 2 ranges" for m in messages), "no round joined two ranges"
+    assert any(m == "groundkit pruned: threshold joins 1 ranges" for m in messages), "no round read one range"
+    merges = [(m, after) for m, after in itertools.pairwise(messages)
+              if m.startswith("groundkit pruned: threshold merges")]
+    assert any(int(m.split(" merges ")[1].split(" ")[0]) >= 3 for m, _ in merges), "no round merged three lists"
+    assert any(_cut_above_zero(after) for _, after in merges), "no merged round read a term to a cut"
     rounds = [m for m in messages if m.startswith("groundkit pruned: threshold guess")]
     new = [m for m in rounds if " range sizes " in m]  # the others extend the last round
     ends = [m for m in messages if m.startswith("groundkit pruned: threshold theta")]
@@ -641,16 +651,17 @@ def test_strategy_argument_is_checked(community: Groundkit) -> None:
     with psycopg.connect(community.conn.info.dsn, autocommit=True) as raw, pytest.raises(psycopg.Error) as err:
         raw.execute("select * from groundkit._search_pruned('t0', 'granite', 10, strategy => 'fastest')")
     assert err.value.sqlstate == "GK005"
-    assert "strategy must be scan, threshold, extend, shares or rounds" in str(err.value)
+    assert "strategy must be scan, threshold, extend, shares, merge or rounds" in str(err.value)
 
 
 def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     """Without strategy or start_depth, _search_pruned runs the pruned rounds for one term (over a
     long list or a short one), scans two or more terms when the reader's lists hold at most 20,000
     postings, and runs the threshold rounds for two or more terms over more (docs/bm25.md, "Three
-    strategies"), where rounds over 20,000 postings and more run in two passes by shares or go
-    back to one pass (using a pass 1 cut short by its limit instead of going back fails here);
-    every answer equals the exhaustive path."""
+    strategies"). How such a round reads ("How a round reads its ranges"): two long ranges with
+    too many postings at or above their shares for two passes are joined, without a pass 1; four
+    whole lists are merged in chunk-id order; three ranges with few such postings are read in two
+    passes. Every answer equals the exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -665,11 +676,19 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     for start in range(0, n, 2500):
         gk.put_objects(objs[start:start + 2500])
     messages: list[str] = []
-    passes: set[str] = set()
+    reads: dict[tuple[str, str], list[str]] = {}
+
+    def read_messages() -> list[str]:
+        # how each round read: the pass 1 decision, the passes, joins and merges
+        return [m.split("threshold ")[1] for m in messages
+                if m.startswith(("groundkit pruned: threshold shares", "groundkit pruned: threshold joins",
+                                 "groundkit pruned: threshold merges"))]
+
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
         for query, strategy in [("granite", "rounds"), ("quartz", "rounds"), ("granite basalt", "threshold"),
-                                ("granite basalt quartz slate", "threshold"), ("basalt quartz", "scan")]:
+                                ("granite basalt quartz slate", "threshold"), ("granite filler basalt", "threshold"),
+                                ("basalt quartz", "scan")]:
             for reader in ("t0", "t3"):
                 want = _rows(raw, "_search_exhaustive", reader, query, 10)
                 assert len(want) == 10
@@ -684,7 +703,9 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
                     "threshold": any(m.startswith("groundkit pruned: threshold") for m in messages),
                 }
                 assert ran == {name: name == strategy for name in ran}, (query, messages)
-                passes.update(m.split(", ")[-1] for m in messages if m.startswith("groundkit pruned: threshold shares"))
-    # the threshold rounds read their long ranges (20,000 postings and more) in two passes by
-    # shares, and go back to one pass when pass 1 finds too many chunks
-    assert passes == {"one pass", "two passes"}, passes
+                reads[(query, reader)] = read_messages()
+        for reader in ("t0", "t3"):
+            assert reads[("granite basalt", reader)] == ["joins 2 ranges"], reads
+            assert reads[("granite basalt quartz slate", reader)] == ["merges 4 lists"], reads
+            two = reads[("granite filler basalt", reader)]
+            assert len(two) == 1 and two[0].startswith("shares ") and two[0].endswith(", two passes"), reads
