@@ -320,7 +320,7 @@ declare
     budget double precision;
     taus double precision[];
     d_ids bigint[];
-    -- rounds that read one or two terms: by a join, no grouping
+    -- how a round reads its ranges: joined (one or two terms), merged (whole lists), D estimated
     rd integer[];
     joined boolean;
     merged boolean;
@@ -671,9 +671,9 @@ begin
                     rd := array(select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr order by x.i);
                     joined := cardinality(rd) <= 2;
                     -- Whole lists (every read term's cut at or below 0), long: read in chunk-id
-                    -- order from the primary key and merged (docs/bm25.md, "Merged reads"), when
-                    -- the reader's lists are most of the terms' postings (the primary key holds
-                    -- every bucket's).
+                    -- order from the primary key and merged (docs/bm25.md, "How a round reads its
+                    -- ranges"), when the reader's lists are most of the terms' postings (the
+                    -- primary key holds every bucket's).
                     -- ('merge', for tests: every round, whatever its cuts.)
                     merged := case _search_pruned.strategy when 'merge' then true when 'shares' then false
                               else n_big >= 20000
@@ -789,12 +789,12 @@ begin
                           using t_terms, t_ws, buckets, v_k1, v_b, v_avgdl, p_max, thr_f, cuts;
                         raise debug 'groundkit pruned: threshold merges % lists', cardinality(rd);
                     elsif joined then
-                        -- One or two terms read (docs/bm25.md, "Joined reads"): a term's range holds
-                        -- a chunk at most once, so the two ranges are joined by chunk id (a full
-                        -- join: a chunk may be in one of them only) and nothing is grouped. The
-                        -- same chunks and values as the one pass below; a hash join costs about a
-                        -- third of what grouping costs a posting. (A full join has no nested-loop
-                        -- plan: no per-chunk index probes.)
+                        -- One or two terms read (docs/bm25.md, "How a round reads its ranges"): a
+                        -- term's range holds a chunk at most once, so the two ranges are joined by
+                        -- chunk id (a full join: a chunk may be in one of them only) and nothing is
+                        -- grouped. The same chunks and values as the one pass below; a hash join
+                        -- costs less than half of what grouping costs a posting. (A full join has
+                        -- no nested-loop plan: no per-chunk index probes.)
                         select coalesce(array_agg(z.id) filter (where z.known + p_max >= thr_f), '{}'),
                                coalesce(array_agg(z.known) filter (where z.known + p_max >= thr_f), '{}'),
                                coalesce(array_agg(z.dl) filter (where z.known + p_max >= thr_f), '{}'),
