@@ -679,7 +679,7 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     reads: dict[tuple[str, str], list[str]] = {}
 
     def read_messages() -> list[str]:
-        # how each round read: the pass 1 decision, the passes, joins and merges
+        # how each round read: two passes by shares, a join, or a merge
         return [m.split("threshold ")[1] for m in messages
                 if m.startswith(("groundkit pruned: threshold shares", "groundkit pruned: threshold joins",
                                  "groundkit pruned: threshold merges"))]
