@@ -709,9 +709,7 @@ begin
                                 d_cut := greatest(cuts[j], taus[j] / (t_ws[j] * mult));
                                 select z.n, z.keys into n_sk, sk_keys
                                   from groundkit._sketched_size(t_terms[j], d_cut, buckets) z;
-                                rest_keys := case when cardinality(sk_keys) > 0
-                                                  then array(select b from unnest(buckets) as b where b <> all (sk_keys))
-                                                  else buckets end;
+                                rest_keys := array(select b from unnest(buckets) as b where b <> all (sk_keys));
                                 select count(*) into n_one
                                   from (select 1 from groundkit.postings p
                                          where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= d_cut
