@@ -709,3 +709,44 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
             assert reads[("granite basalt quartz slate", reader)] == ["merges 4 lists"], reads
             two = reads[("granite filler basalt", reader)]
             assert len(two) == 1 and two[0].startswith("shares ") and two[0].endswith(", two passes"), reads
+
+
+def _bench_module(name: str) -> Any:
+    """A script of evals/bench (not a package: its scripts import each other by file name)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    bench = Path(__file__).resolve().parents[1] / "evals" / "bench"
+    sys.path.insert(0, str(bench))
+    try:
+        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    finally:
+        sys.path.remove(str(bench))
+
+
+def test_any_first_guess_is_exact(community: Groundkit) -> None:
+    """The threshold rounds are exact whatever their first guess: below the k-th score, at it
+    and above it (docs/bm25.md, "What guessing costs"; evals/bench/oracle_search.py sets the
+    first guess through a hook in a copy of _search_pruned, and this also checks that its hooks
+    still fit sql/060_search.sql). The copy's 'prologue' arm returns nothing."""
+    oracle = _bench_module("oracle_search")
+    gk = community
+    queries = _zipf_corpus(gk)[:10]
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        raw.execute(oracle.oracle_function())
+        for query in queries:
+            for k in (3, 10):
+                want = _rows(raw, "_search_exhaustive", "t3", query, k)
+                theta = want[-1][2] if len(want) == k else float("-inf")
+                for scale in (0.3, 0.9, 1.0, 1.1, 3.0):
+                    raw.execute("select set_config('groundkit.oracle_arm', '', false),"
+                                " set_config('groundkit.oracle_theta', %s, false)", (repr(theta * scale),))
+                    got = _rows(raw, oracle.NAME, "t3", query, k, ", strategy => 'threshold'")
+                    _assert_same(got, want, f"first guess {scale} theta, {query!r} k={k}")
+                raw.execute("select set_config('groundkit.oracle_arm', 'prologue', false)")
+                assert _rows(raw, oracle.NAME, "t3", query, k, ", strategy => 'threshold'") == []

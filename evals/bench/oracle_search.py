@@ -1,0 +1,164 @@
+"""How much of a search is guessing: the pruned search against the same search told its answer.
+
+    python evals/bench/bench_search.py --dsn URL --chunks 1000000 --keep     # builds gk_bench_1000000
+    python evals/bench/oracle_search.py --dsn URL --chunks 1000000 --queries 100 --repeat 3
+
+The threshold rounds guess the final k-th score (theta), read and probe for that guess, and
+guess again lower when a round fails (docs/bm25.md, "The threshold rounds"). This script
+measures what the guessing costs and what is left without it. On a kept benchmark database
+(same corpus and queries as bench_search.py), it installs ``_search_pruned`` as
+sql/060_search.sql has it, under the name ``groundkit._search_pruned_oracle``, with two hooks
+read from settings of the session:
+
+- ``groundkit.oracle_theta``: the first guess is this value (just below it) instead of 0.9 of the
+  sum of the terms' maxima. The script sets it to the k-th score ``_search_pruned`` returned for
+  the same reader and query, so the first round is the one a perfect guess would run. The
+  result must not change (checked: both are exact).
+- ``groundkit.oracle_arm = 'prologue'``: return (no rows) once the reader, the terms, the
+  statistics, the strategy and, for the threshold rounds, the lists' maxima and x_lb are known:
+  what every query pays before its first round.
+
+Every query runs through the three arms (search, oracle, prologue) back to back, alternating
+the order, fastest of --repeat runs per arm. Printed per reader: p50 / p95 / mean of each arm,
+the p50 of each over the queries of 2-6 terms (as bench_search.py reports them), the oracle's
+and the prologue's share of the search's mean, the mean number of threshold
+rounds (debug messages of an extra untimed run per arm), and how many queries' oracle scores
+differ from the search's (must be 0). The function is dropped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_search import bench_queries
+from bench_search import READERS, log, pct
+
+import groundkit
+
+ROOT = Path(__file__).resolve().parents[2]
+NAME = "_search_pruned_oracle"
+FIRST_GUESS = "            guess := greatest(x_lb, 0.9 * tot);\n"
+AFTER_MAXIMA = "            full_n := (select sum(x) from unnest(t_dfs) as x);\n"
+BEFORE_SCAN = "    if v_strategy = 'scan' then\n"
+ROUND_MESSAGE = "groundkit pruned: threshold guess"
+
+
+def oracle_function() -> str:
+    """The CREATE FUNCTION text of _search_pruned with the two hooks, renamed to NAME."""
+    text = (ROOT / "sql" / "060_search.sql").read_text(encoding="utf-8")
+    start = text.index("create or replace function groundkit._search_pruned(")
+    fn = text[start:text.index("\n$$;\n", start) + len("\n$$;\n")]
+    for marker in (FIRST_GUESS, AFTER_MAXIMA, BEFORE_SCAN):
+        if fn.count(marker) != 1:
+            raise SystemExit(f"sql/060_search.sql changed: {marker.strip()!r} is not found once; update this script")
+    prologue = "if current_setting('groundkit.oracle_arm', true) = 'prologue' then return; end if;\n"
+    fn = fn.replace(FIRST_GUESS, "            guess := greatest(x_lb, current_setting('groundkit.oracle_theta')"
+                                 "::double precision * (1 - 1e-9));\n")
+    fn = fn.replace(AFTER_MAXIMA, AFTER_MAXIMA + "            " + prologue)
+    fn = fn.replace(BEFORE_SCAN, "    " + prologue + BEFORE_SCAN)
+    # Only our own SQL file's text is edited here; nothing from outside reaches it.
+    return fn.replace("_search_pruned", NAME)  # the name and the qualified parameter names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--warm-up", type=int, default=30)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per arm and query; the fastest is kept")
+    args = ap.parse_args(argv)
+    dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
+    groundkit.migrate(dsn)
+    queries = bench_queries(args.chunks, args.queries, args.seed)
+    search = sql.SQL("select chunk_id, score from groundkit._search_pruned(%s, %s, %s)")
+    oracle = sql.SQL("select chunk_id, score from groundkit.{}(%s, %s, %s)").format(sql.Identifier(NAME))
+    arms = ("search", "oracle", "prologue")
+    messages: list[str] = []
+    out = sys.stdout
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        conn.execute(oracle_function())  # our own SQL file, hooks added above
+
+        def run(arm: str, reader: str, q: str) -> list[Any]:
+            conn.execute("select set_config('groundkit.oracle_arm', %s, false)", (arm,))
+            return conn.execute(search if arm == "search" else oracle, (reader, q, args.k)).fetchall()
+
+        def rounds(arm: str, reader: str, q: str) -> int:
+            messages.clear()
+            conn.execute("set client_min_messages = debug")
+            try:
+                run(arm, reader, q)
+            finally:
+                conn.execute("set client_min_messages = notice")
+            return sum(1 for m in messages if m.startswith(ROUND_MESSAGE))
+
+        try:
+            for q in queries[: args.warm_up]:
+                rows = run("search", "r100", q)
+                theta = min((float(r[1]) for r in rows), default=float("-inf"))
+                conn.execute("select set_config('groundkit.oracle_theta', %s, false)", (repr(theta),))
+                run("oracle", "r100", q)
+            out.write(f"\n{len(queries)} queries, k = {args.k}, database gk_bench_{args.chunks}, "
+                      f"fastest of {args.repeat} per arm\n\n")
+            mid = [2 <= len(conn.execute("select * from groundkit.query_terms(%s)", (q,)).fetchall()) <= 6
+                   for q in queries]
+            out.write("| reader | search p50 / p95 / mean ms | oracle p50 / p95 / mean ms "
+                      "| prologue p50 / p95 / mean ms | p50 2-6 terms: search / oracle / prologue "
+                      "| oracle / search (mean) | prologue / search (mean) | rounds search / oracle (mean) "
+                      "| oracle scores differ |\n" + "|---" * 9 + "|\n")
+            for reader in READERS:
+                lat: dict[str, list[float]] = {a: [] for a in arms}
+                n_rounds: dict[str, list[int]] = {"search": [], "oracle": []}
+                differ = 0
+                for i, q in enumerate(queries):
+                    rows = run("search", reader, q)
+                    scores = [float(r[1]) for r in rows]
+                    theta = min(scores) if len(scores) >= args.k else float("-inf")
+                    conn.execute("select set_config('groundkit.oracle_theta', %s, false)", (repr(theta),))
+                    o_scores = [float(r[1]) for r in run("oracle", reader, q)]
+                    if len(o_scores) != len(scores) or any(
+                            abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(scores, o_scores, strict=True)):
+                        differ += 1
+                    best = {a: float("inf") for a in arms}
+                    for rep in range(args.repeat):
+                        order = arms if (i + rep) % 2 == 0 else arms[::-1]
+                        for a in order:
+                            t0 = time.perf_counter()
+                            run(a, reader, q)
+                            best[a] = min(best[a], 1000 * (time.perf_counter() - t0))
+                    for a in arms:
+                        lat[a].append(best[a])
+                    for a in n_rounds:
+                        n_rounds[a].append(rounds(a, reader, q))
+                    log(f"  {reader}: {i + 1}/{len(queries)}")
+                s, o, p = lat["search"], lat["oracle"], lat["prologue"]
+                cells = [f"{pct(a, 50):.1f} / {pct(a, 95):.1f} / {statistics.mean(a):.1f}" for a in (s, o, p)]
+                cells.append(" / ".join(f"{pct([x for x, m in zip(a, mid, strict=True) if m], 50):.1f}"
+                                        for a in (s, o, p)))
+                cells += [f"{statistics.mean(o) / statistics.mean(s):.2f}",
+                          f"{statistics.mean(p) / statistics.mean(s):.2f}",
+                          f"{statistics.mean(n_rounds['search']):.2f} / {statistics.mean(n_rounds['oracle']):.2f}",
+                          str(differ)]
+                out.write(f"| {reader} | " + " | ".join(cells) + " |\n")
+                out.flush()
+        finally:
+            conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(NAME)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
