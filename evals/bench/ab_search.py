@@ -33,6 +33,7 @@ from psycopg.conninfo import make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search import READERS, log, pct, sample_for_queries
 from corpus import Corpus, Obj
+from sqlsource import function_source
 
 import groundkit
 
@@ -44,9 +45,7 @@ def baseline_function(rev: str) -> str:
     """The CREATE FUNCTION text of _search_pruned at ``rev``, renamed to AB_NAME."""
     text = subprocess.run(["git", "show", f"{rev}:sql/060_search.sql"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
-    start = text.index("create or replace function groundkit._search_pruned(")
-    end = text.index("\n$$;\n", start) + len("\n$$;\n")
-    return text[start:end].replace("_search_pruned", AB_NAME)
+    return function_source(text, "_search_pruned").replace("_search_pruned", AB_NAME)
 
 
 def bench_queries(n_chunks: int, n_queries: int, seed: int) -> list[str]:

@@ -43,6 +43,7 @@ from psycopg.conninfo import make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
 from bench_search import READERS, log, pct
+from sqlsource import function_source, require_once
 
 import groundkit
 
@@ -56,12 +57,8 @@ ROUND_MESSAGE = "groundkit pruned: threshold guess"
 
 def oracle_function() -> str:
     """The CREATE FUNCTION text of _search_pruned with the two hooks, renamed to NAME."""
-    text = (ROOT / "sql" / "060_search.sql").read_text(encoding="utf-8")
-    start = text.index("create or replace function groundkit._search_pruned(")
-    fn = text[start:text.index("\n$$;\n", start) + len("\n$$;\n")]
-    for marker in (FIRST_GUESS, AFTER_MAXIMA, BEFORE_SCAN):
-        if fn.count(marker) != 1:
-            raise SystemExit(f"sql/060_search.sql changed: {marker.strip()!r} is not found once; update this script")
+    fn = function_source((ROOT / "sql" / "060_search.sql").read_text(encoding="utf-8"), "_search_pruned")
+    require_once(fn, (FIRST_GUESS, AFTER_MAXIMA, BEFORE_SCAN), "sql/060_search.sql")
     prologue = "if current_setting('groundkit.oracle_arm', true) = 'prologue' then return; end if;\n"
     fn = fn.replace(FIRST_GUESS, "            guess := greatest(x_lb, current_setting('groundkit.oracle_theta')"
                                  "::double precision * (1 - 1e-9));\n")

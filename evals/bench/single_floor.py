@@ -38,6 +38,7 @@ from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import PUT_OBJECT_SQL, Corpus
+from sqlsource import function_source, require_once
 
 ROOT = Path(__file__).resolve().parents[2]
 POSTINGS_START = "    insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)"
@@ -47,12 +48,8 @@ SCOPE_STATS_START = "    insert into groundkit.scope_stats"
 
 def variants() -> dict[str, str]:
     """The CREATE FUNCTION text of _materialize_many: as it is, and with parts cut out."""
-    text = (ROOT / "sql" / "040_index.sql").read_text(encoding="utf-8")
-    start = text.index("create or replace function groundkit._materialize_many(")
-    full = text[start:text.index("\n$$;\n", start) + len("\n$$;\n")]
-    for marker in (POSTINGS_START, TERM_STATS_START, SCOPE_STATS_START):
-        if full.count(marker) != 1:
-            raise SystemExit(f"sql/040_index.sql changed: {marker.strip()!r} is not found once; update this script")
+    full = function_source((ROOT / "sql" / "040_index.sql").read_text(encoding="utf-8"), "_materialize_many")
+    require_once(full, (POSTINGS_START, TERM_STATS_START, SCOPE_STATS_START), "sql/040_index.sql")
     # The data-modifying CTEs still run when the final statement reads them. Only our own SQL
     # file's text is cut and joined here; nothing from outside reaches it.
     no_post = (full[:full.index(POSTINGS_START)]  # noqa: S608

@@ -1,0 +1,25 @@
+"""The CREATE FUNCTION text of one of groundkit's own functions, for benchmark variants.
+
+ab_search.py, single_floor.py and oracle_search.py install edited copies of a function from
+sql/ (at a git revision, with a statement cut out, with hooks added). They cut its text out of
+the SQL file here and check that the lines they edit are still there, once each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+END = "\n$$;\n"
+
+
+def function_source(text: str, name: str) -> str:
+    """The ``create or replace function groundkit.<name>(`` ... ``$$;`` block of an SQL file's text."""
+    start = text.index(f"create or replace function groundkit.{name}(")
+    return text[start:text.index(END, start) + len(END)]
+
+
+def require_once(source: str, markers: Iterable[str], where: str) -> None:
+    """Exit with a message naming ``where`` unless every marker occurs exactly once in source."""
+    for marker in markers:
+        if source.count(marker) != 1:
+            raise SystemExit(f"{where} changed: {marker.strip()!r} is not found once; update this script")
