@@ -712,21 +712,17 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
 
 
 def _bench_module(name: str) -> Any:
-    """A script of evals/bench (not a package: its scripts import each other by file name)."""
+    """A script of evals/bench, loaded from its file (the scripts put their own folder on
+    sys.path and import each other by file name)."""
     import importlib.util
-    import sys
     from pathlib import Path
 
-    bench = Path(__file__).resolve().parents[1] / "evals" / "bench"
-    sys.path.insert(0, str(bench))
-    try:
-        spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(bench))
+    path = Path(__file__).resolve().parents[1] / "evals" / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_any_first_guess_is_exact(community: Groundkit) -> None:
