@@ -11,19 +11,21 @@ sql/060_search.sql has it, under the name ``groundkit._search_pruned_oracle``, w
 read from settings of the session:
 
 - ``groundkit.oracle_theta``: the first guess is just below this value (or x_lb, if higher)
-  instead of 0.9 of the sum of the terms' maxima. The script sets it to the k-th score ``_search_pruned`` returned for
-  the same reader and query, so the first round is the one a perfect guess would run. The
-  result must not change (checked: both are exact).
+  instead of 0.9 of the sum of the terms' maxima. The script sets it to the k-th score
+  ``_search_pruned`` returned for the same reader and query, so the first round is the one a
+  perfect guess would run. The result must not change (checked: both are exact).
 - ``groundkit.oracle_arm = 'prologue'``: return (no rows) once the reader, the terms, the
   statistics, the strategy and, for the threshold rounds, the lists' maxima and x_lb are known:
   what every query pays before its first round.
 
 Every query runs through the three arms (search, oracle, prologue) back to back, alternating
-the order, fastest of --repeat runs per arm. Printed per reader: p50 / p95 / mean of each arm,
-the p50 of each over the queries of 2-6 terms (as bench_search.py reports them), the oracle's
-and the prologue's share of the search's mean, the mean number of threshold
-rounds (debug messages of an extra untimed run per arm), and how many queries' oracle scores
-differ from the search's (must be 0). The function is dropped at the end.
+the order, fastest of --repeat runs per arm; with ``--scales 0.9,1.1`` also through the copy
+with its first guess at those multiples of the k-th score (a second table, over the queries
+that ran threshold rounds). Printed per reader: p50 / p95 / mean of each arm, the p50 of each
+over the queries of 2-6 terms (as bench_search.py reports them), the oracle's and the
+prologue's share of the search's mean, the mean number of threshold rounds (debug messages of
+an extra untimed run per arm), and how many queries' answers (in any arm with a first guess)
+differ from the search's in score (must be 0). The function is dropped at the end.
 """
 
 from __future__ import annotations
@@ -68,6 +70,10 @@ def oracle_function() -> str:
     return fn.replace("_search_pruned", NAME)  # the name and the qualified parameter names
 
 
+def summary(xs: Sequence[float]) -> str:
+    return f"{pct(xs, 50):.1f} / {pct(xs, 95):.1f} / {statistics.mean(xs):.1f}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
@@ -77,81 +83,102 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--warm-up", type=int, default=30)
     ap.add_argument("--repeat", type=int, default=3, help="runs per arm and query; the fastest is kept")
+    ap.add_argument("--scales", default="",
+                    help="also first guesses at these multiples of the k-th score, e.g. 0.9,1.1 (comma-separated)")
     args = ap.parse_args(argv)
+    scales = [float(x) for x in args.scales.split(",") if x.strip()]
     dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
     groundkit.migrate(dsn)
     queries = bench_queries(args.chunks, args.queries, args.seed)
     search = sql.SQL("select chunk_id, score from groundkit._search_pruned(%s, %s, %s)")
     oracle = sql.SQL("select chunk_id, score from groundkit.{}(%s, %s, %s)").format(sql.Identifier(NAME))
-    arms = ("search", "oracle", "prologue")
+    # arm -> the multiple of theta its first guess is (None: not the copy's guess)
+    arms: dict[str, float | None] = {"search": None, "oracle": 1.0, "prologue": None}
+    arms.update({f"{c:g} theta": c for c in scales})
     messages: list[str] = []
     out = sys.stdout
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
         conn.execute(oracle_function())  # our own SQL file, hooks added above
 
-        def run(arm: str, reader: str, q: str) -> list[Any]:
-            conn.execute("select set_config('groundkit.oracle_arm', %s, false)", (arm,))
+        def run(arm: str, reader: str, q: str, theta: float) -> list[Any]:
+            scale = arms[arm]
+            conn.execute("select set_config('groundkit.oracle_arm', %s, false),"
+                         " set_config('groundkit.oracle_theta', %s, false)",
+                         (arm, repr(theta * (scale if scale is not None else 1.0))))
             return conn.execute(search if arm == "search" else oracle, (reader, q, args.k)).fetchall()
 
-        def rounds(arm: str, reader: str, q: str) -> int:
+        def rounds(arm: str, reader: str, q: str, theta: float) -> int:
             messages.clear()
             conn.execute("set client_min_messages = debug")
             try:
-                run(arm, reader, q)
+                run(arm, reader, q, theta)
             finally:
                 conn.execute("set client_min_messages = notice")
             return sum(1 for m in messages if m.startswith(ROUND_MESSAGE))
 
+        def kth(rows: list[Any]) -> float:
+            return min(float(r[1]) for r in rows) if len(rows) >= args.k else float("-inf")
+
         try:
             for q in queries[: args.warm_up]:
-                rows = run("search", "r100", q)
-                theta = min((float(r[1]) for r in rows), default=float("-inf"))
-                conn.execute("select set_config('groundkit.oracle_theta', %s, false)", (repr(theta),))
-                run("oracle", "r100", q)
+                run("oracle", "r100", q, kth(run("search", "r100", q, 0.0)))
             out.write(f"\n{len(queries)} queries, k = {args.k}, database gk_bench_{args.chunks}, "
                       f"fastest of {args.repeat} per arm\n\n")
             mid = [2 <= len(conn.execute("select * from groundkit.query_terms(%s)", (q,)).fetchall()) <= 6
                    for q in queries]
-            out.write("| reader | search p50 / p95 / mean ms | oracle p50 / p95 / mean ms "
-                      "| prologue p50 / p95 / mean ms | p50 2-6 terms: search / oracle / prologue "
-                      "| oracle / search (mean) | prologue / search (mean) | rounds search / oracle (mean) "
-                      "| oracle scores differ |\n" + "|---" * 9 + "|\n")
+            table: list[str] = []
+            scaled: list[str] = []
             for reader in READERS:
                 lat: dict[str, list[float]] = {a: [] for a in arms}
                 n_rounds: dict[str, list[int]] = {"search": [], "oracle": []}
                 differ = 0
                 for i, q in enumerate(queries):
-                    rows = run("search", reader, q)
+                    rows = run("search", reader, q, 0.0)
                     scores = [float(r[1]) for r in rows]
-                    theta = min(scores) if len(scores) >= args.k else float("-inf")
-                    conn.execute("select set_config('groundkit.oracle_theta', %s, false)", (repr(theta),))
-                    o_scores = [float(r[1]) for r in run("oracle", reader, q)]
-                    if len(o_scores) != len(scores) or any(
-                            abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(scores, o_scores, strict=True)):
+                    theta = kth(rows)
+                    answers = [[float(r[1]) for r in run(a, reader, q, theta)] for a in arms if arms[a] is not None]
+                    if any(len(got) != len(scores) or any(abs(u - v) > 1e-9 * max(1.0, abs(u))
+                                                          for u, v in zip(scores, got, strict=True))
+                           for got in answers):
                         differ += 1
                     best = {a: float("inf") for a in arms}
                     for rep in range(args.repeat):
-                        order = arms if (i + rep) % 2 == 0 else arms[::-1]
+                        order = list(arms) if (i + rep) % 2 == 0 else list(arms)[::-1]
                         for a in order:
                             t0 = time.perf_counter()
-                            run(a, reader, q)
+                            run(a, reader, q, theta)
                             best[a] = min(best[a], 1000 * (time.perf_counter() - t0))
                     for a in arms:
                         lat[a].append(best[a])
                     for a in n_rounds:
-                        n_rounds[a].append(rounds(a, reader, q))
+                        n_rounds[a].append(rounds(a, reader, q, theta))
                     log(f"  {reader}: {i + 1}/{len(queries)}")
                 s, o, p = lat["search"], lat["oracle"], lat["prologue"]
-                cells = [f"{pct(a, 50):.1f} / {pct(a, 95):.1f} / {statistics.mean(a):.1f}" for a in (s, o, p)]
+                cells = [summary(s), summary(o), summary(p)]
                 cells.append(" / ".join(f"{pct([x for x, m in zip(a, mid, strict=True) if m], 50):.1f}"
                                         for a in (s, o, p)))
                 cells += [f"{statistics.mean(o) / statistics.mean(s):.2f}",
                           f"{statistics.mean(p) / statistics.mean(s):.2f}",
                           f"{statistics.mean(n_rounds['search']):.2f} / {statistics.mean(n_rounds['oracle']):.2f}",
                           str(differ)]
-                out.write(f"| {reader} | " + " | ".join(cells) + " |\n")
-                out.flush()
+                table.append(f"| {reader} | " + " | ".join(cells) + " |\n")
+                # the first guess off by a factor: over the queries that ran threshold rounds
+                thr = [n > 0 for n in n_rounds["search"]]
+                if scales and any(thr):
+                    pick = [[x for x, m in zip(lat[a], thr, strict=True) if m]
+                            for a in ("search", "oracle", *(f"{c:g} theta" for c in scales))]
+                    scaled.append(f"| {reader} | {sum(thr)} | " + " | ".join(
+                        f"{pct(xs, 50):.1f} / {statistics.mean(xs):.1f}" for xs in pick) + " |\n")
+            out.write("| reader | search p50 / p95 / mean ms | oracle p50 / p95 / mean ms "
+                      "| prologue p50 / p95 / mean ms | p50 2-6 terms: search / oracle / prologue "
+                      "| oracle / search (mean) | prologue / search (mean) | rounds search / oracle (mean) "
+                      "| queries whose answers differ |\n" + "|---" * 9 + "|\n" + "".join(table))
+            if scaled:
+                out.write("\nFirst guess at a multiple of the k-th score, queries that ran threshold rounds, "
+                          "p50 / mean ms:\n\n| reader | queries | search | oracle (1 theta) | "
+                          + " | ".join(f"{c:g} theta" for c in scales) + " |\n"
+                          + "|---" * (4 + len(scales)) + "|\n" + "".join(scaled))
         finally:
             conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(NAME)))
     return 0
