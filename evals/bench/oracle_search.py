@@ -1,7 +1,8 @@
 """How much of a search is guessing: the pruned search against the same search told its answer.
 
     python evals/bench/bench_search.py --dsn URL --chunks 1000000 --keep     # builds gk_bench_1000000
-    python evals/bench/oracle_search.py --dsn URL --chunks 1000000 --queries 100 --repeat 3 --scales 0.8,0.9,1.1,1.25,1.5
+    python evals/bench/oracle_search.py --dsn URL --chunks 1000000 --queries 100 --repeat 3 \
+        --scales 0.8,0.9,1.1,1.25,1.5
 
 The threshold rounds guess the final k-th score (theta), read and probe for that guess, and
 guess again lower when a round fails (docs/bm25.md, "The threshold rounds"). This script
