@@ -324,6 +324,8 @@ declare
     rd integer[];
     joined boolean;
     merged boolean;
+    hi_a double precision;
+    hi_b double precision;
     m_sql text;
     d_cut double precision;
     est_d double precision;
@@ -792,7 +794,13 @@ begin
                         -- chunk id (a full join: a chunk may be in one of them only) and nothing is
                         -- grouped. The same chunks and values as the one pass below; a hash join
                         -- costs less than half of what grouping costs a posting. (A full join has
-                        -- no nested-loop plan: no per-chunk index probes.)
+                        -- no nested-loop plan: no per-chunk index probes.) A chunk found in one
+                        -- range only has known <= w * mult * imp there, so it cannot be kept when
+                        -- its impact is below hi = (thr_f - p_max) / (w * mult): such rows are
+                        -- dropped as the join emits them, before their values are computed (most
+                        -- rows, when a chunk needs both terms; about a third of the statement).
+                        hi_a := (thr_f - p_max) / (t_ws[rd[1]] * mult) * (1 - 1e-9);
+                        hi_b := (thr_f - p_max) / (t_ws[rd[2]] * mult) * (1 - 1e-9);
                         select coalesce(array_agg(z.id) filter (where z.known + p_max >= thr_f), '{}'),
                                coalesce(array_agg(z.known) filter (where z.known + p_max >= thr_f), '{}'),
                                coalesce(array_agg(z.dl) filter (where z.known + p_max >= thr_f), '{}'),
@@ -803,14 +811,20 @@ begin
                                        coalesce(t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
                                        + coalesce(t_ws[rd[2]] * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
                                            as known
-                                  from (select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
+                                  from (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
                                          where p.term = t_terms[rd[1]] and p.vis_key = any (buckets)
                                            and p.imp >= cuts[rd[1]]) a
-                                  full join (select p.chunk_id, p.tf, p.doc_len from groundkit.postings p
+                                  full join (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
                                               where cardinality(rd) = 2 and p.term = t_terms[rd[2]]
                                                 and p.vis_key = any (buckets) and p.imp >= cuts[rd[2]]) b
                                     on a.chunk_id = b.chunk_id
+                                 where (b.chunk_id is not null or a.imp >= hi_a)
+                                   and (a.chunk_id is not null or b.imp >= hi_b)
                                 offset 0) z;  -- (known computed once a row, not once per filter)
+                        -- The chunks read, for "fewer than k" below: the rows dropped were read too
+                        -- (at least the longest range; a range holds a chunk once).
+                        n_read := greatest(n_read, (select coalesce(max(least(x.n, 40000)), 0)::bigint
+                                                      from unnest(ns, probe) as x(n, pr) where not x.pr));
                         raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
                     else
                         with q as (

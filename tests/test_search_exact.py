@@ -395,6 +395,9 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     gk = community
     queries = _zipf_corpus(gk)
     queries += ["vxa vzd", "vda vyc vka", "vfb voa", "vab vib via", "vha vna vsa", "vja vla vva", "vta vrb", "vsa vyb"]
+    # two terms joined, whose answers hold chunks found in one range only (they fail if such rows
+    # are dropped from a join 10 % above the bound hi = (thr_f - p_max) / (w * mult))
+    queries += ["vwa vef", "vsa vqe", "vob vac"]
     messages: list[str] = []
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
