@@ -317,6 +317,7 @@ declare
     n_new bigint;
     -- reading long ranges in two passes
     n_big double precision;
+    n_long bigint;
     budget double precision;
     taus double precision[];
     d_ids bigint[];
@@ -666,7 +667,10 @@ begin
                     -- and sums only D's postings, as one pass would. Grouping costs ~0.5 us a
                     -- posting, the filter far less. Only for long ranges (short ones cost less
                     -- than planning pass 2).
-                    n_big := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    -- (n_long: the longest range, up to 40,000; a range holds a chunk once, so a
+                    -- round that drops rows unread still read at least that many chunks)
+                    select coalesce(sum(x.n), 0), coalesce(max(least(x.n, 40000)), 0)::bigint into n_big, n_long
+                      from unnest(ns, probe) as x(n, pr) where not x.pr;
                     d_ids := null;
                     taus := null;
                     est_d := null;
@@ -762,10 +766,8 @@ begin
                                    from cand c'
                           into c_ids, c_known, c_dl
                           using t_terms, t_ws, cuts, probe, v_k1, v_b, v_avgdl, buckets, d_ids, p_max, thr_f;
-                        -- The chunks read, for "fewer than k" below: at least the longest range
-                        -- (a term's postings are distinct chunks; counted up to 40,000).
-                        n_read := (select coalesce(max(least(x.n, 40000)), 0)::bigint
-                                     from unnest(ns, probe) as x(n, pr) where not x.pr);
+                        -- The chunks read, for "fewer than k" below: at least the longest range.
+                        n_read := n_long;
                     elsif merged then
                         -- One index-only scan of the primary key per term, each in chunk-id order,
                         -- merged (Merge Append) and summed chunk by chunk (GroupAggregate): no hash
@@ -821,10 +823,8 @@ begin
                                  where (b.chunk_id is not null or a.imp >= hi_a)
                                    and (a.chunk_id is not null or b.imp >= hi_b)
                                 offset 0) z;  -- (known computed once a row, not once per filter)
-                        -- The chunks read, for "fewer than k" below: the rows dropped were read too
-                        -- (at least the longest range; a range holds a chunk once).
-                        n_read := greatest(n_read, (select coalesce(max(least(x.n, 40000)), 0)::bigint
-                                                      from unnest(ns, probe) as x(n, pr) where not x.pr));
+                        -- The chunks read, for "fewer than k" below: the rows dropped were read too.
+                        n_read := greatest(n_read, n_long);
                         raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
                     else
                         with q as (
