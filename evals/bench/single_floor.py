@@ -19,6 +19,10 @@ cost a one-object write; the last version is what the rest costs (argument check
 object row, chunking, tokenizing, chunk rows, scope statistics, commit). Its chunks/s is a
 ceiling for any design that writes the log row and the chunks in the write's transaction and
 makes postings and statistics free.
+
+The copy starts with none of its pages in shared_buffers, and the first rounds pay for reading
+them. ``--warmup N`` makes N untimed put_object calls first, so that the rounds measure the
+steady state between checkpoints (evals/bench/write_phases.py shows how long that takes).
 """
 
 from __future__ import annotations
@@ -66,6 +70,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--chunks", type=int, default=1_000_000, help="which gk_bench_<chunks> database")
     ap.add_argument("--objects", type=int, default=300, help="put_object calls per version and round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=0,
+                    help="put_object calls (full version) before the rounds, untimed: the copy starts with none of "
+                         "its pages in shared_buffers (evals/bench/write_phases.py)")
     args = ap.parse_args(argv)
 
     kept = f"gk_bench_{args.chunks}"
@@ -80,6 +87,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             ms: dict[str, list[float]] = {v: [] for v in funcs}
             chunks_per_object: list[float] = []
             with psycopg.connect(make_conninfo(args.dsn, dbname=copy), autocommit=True) as conn:
+                if args.warmup:
+                    t0 = time.perf_counter()
+                    for o in list(Corpus(seed=6999).objects(4 * args.warmup))[: args.warmup]:
+                        conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id="warmup-" + o.object_id))
+                    print(f"  warm-up: {args.warmup} put_object calls in {time.perf_counter() - t0:.0f} s",
+                          file=sys.stderr)
                 for r in range(args.rounds):
                     order = list(funcs) if r % 2 == 0 else list(funcs)[::-1]
                     for i, name in enumerate(order):
@@ -100,7 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     mean: dict[str, Any] = {v: statistics.fmean(x) for v, x in ms.items()}
     full = mean["full"]
     print(f"\n{kept}, {args.rounds} rounds x {args.objects} put_object calls per version, "
-          f"{cpo:.2f} chunks per object\n")
+          f"{cpo:.2f} chunks per object, after {args.warmup} warm-up calls\n")
     print("| _materialize_many | ms per object (mean of rounds) | chunks/s | share of full |\n|---|---|---|---|")
     for v, m in mean.items():
         print(f"| {v} | {m:.2f} | {1000 * cpo / m:,.0f} | {m / full:.0%} |")
