@@ -185,6 +185,26 @@ as $$
      where s.term = p_term and s.vis_key = any (p_buckets)
 $$;
 
+-- The postings of term for the chunk ids (sorted or not), in chunk-id order: one scan of the
+-- primary key, which walks the ids several to a leaf page (the threshold rounds' dense probes).
+-- Its own function for the planner setting. A plan cached for any array (plpgsql and SQL
+-- functions go generic after five calls) may read the whole list through the impact index and
+-- test "= any" on every posting against every id, one by one: quadratic, since a parameter array
+-- is never hashed (at 100,000 chunks the generic plan did that, 243 ms for 5,890 ids against a
+-- list of 14,447 postings; docs/bm25.md). With sorts disabled, a plan that returns the rows in
+-- chunk-id order without one is preferred: the primary key scan. (Disabled is not forbidden:
+-- without that index, the impact index and a sort would still answer.)
+create or replace function groundkit._postings_of(p_term text, p_ids bigint[])
+returns table (chunk_id bigint, tf integer)
+language sql stable
+set search_path = pg_catalog, pg_temp
+set enable_sort = off
+as $$
+    select p.chunk_id, p.tf from groundkit.postings p
+     where p.term = p_term and p.chunk_id = any (p_ids)
+     order by p.chunk_id
+$$;
+
 -- The signature before the strategy argument (an overload would make calls ambiguous).
 drop function if exists groundkit._search_pruned(text, text, integer, text[], text[], integer);
 
@@ -875,8 +895,8 @@ begin
                                   from (select u.id, u.known, u.dl, null::integer as tf
                                           from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
                                         union all
-                                        select p1.chunk_id, null, null, p1.tf from groundkit.postings p1
-                                         where p1.term = t_terms[j] and p1.chunk_id = any (c_ids)) g
+                                        select p1.chunk_id, null, null, p1.tf
+                                          from groundkit._postings_of(t_terms[j], c_ids) p1) g
                                  group by g.id) z
                          where z.known + rest >= thr_f;
                     else
