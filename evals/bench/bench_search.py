@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -145,6 +146,22 @@ def setup_db(server_dsn: str, name: str) -> str:
 def drop_db(server_dsn: str, name: str) -> None:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+
+
+@contextmanager
+def copy_of(server_dsn: str, kept: str, label: str) -> Iterator[str]:
+    """A throwaway copy of the kept benchmark database ``kept`` (a file copy: none of its pages is in
+    shared_buffers yet), dropped on exit; yields its DSN. The kept database is not touched."""
+    copy = f"gk_{label}_{uuid.uuid4().hex[:8]}"
+    t0 = time.perf_counter()
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
+            sql.Identifier(copy), sql.Identifier(kept)))
+    log(f"copied {kept} in {time.perf_counter() - t0:.0f} s")
+    try:
+        yield make_conninfo(server_dsn, dbname=copy)
+    finally:
+        drop_db(server_dsn, copy)
 
 
 def populate_authority(conn: psycopg.Connection[Any], corpus: Corpus) -> None:

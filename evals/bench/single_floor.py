@@ -31,16 +31,14 @@ import argparse
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_search import copy_of
 from corpus import PUT_OBJECT_SQL, Corpus
 from sqlsource import function_source, require_once
 
@@ -76,39 +74,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     kept = f"gk_bench_{args.chunks}"
-    copy = f"gk_single_floor_{uuid.uuid4().hex[:8]}"
     funcs = variants()
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
-        t0 = time.perf_counter()
-        admin.execute(sql.SQL("create database {} template {} strategy file_copy").format(
-            sql.Identifier(copy), sql.Identifier(kept)))
-        print(f"copied {kept} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        try:
-            ms: dict[str, list[float]] = {v: [] for v in funcs}
-            chunks_per_object: list[float] = []
-            with psycopg.connect(make_conninfo(args.dsn, dbname=copy), autocommit=True) as conn:
-                if args.warmup:
-                    t0 = time.perf_counter()
-                    for o in list(Corpus(seed=6999).objects(4 * args.warmup))[: args.warmup]:
-                        conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id="warmup-" + o.object_id))
-                    print(f"  warm-up: {args.warmup} put_object calls in {time.perf_counter() - t0:.0f} s",
-                          file=sys.stderr)
-                for r in range(args.rounds):
-                    order = list(funcs) if r % 2 == 0 else list(funcs)[::-1]
-                    for i, name in enumerate(order):
-                        conn.execute(funcs[name])  # our own SQL file, cut at fixed markers
-                        objs = list(Corpus(seed=7000 + 10 * r + i).objects(4 * args.objects))[: args.objects]
-                        tag = f"floor-{r}-{i}-"
-                        t0 = time.perf_counter()
-                        for o in objs:
-                            conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=tag + o.object_id))
-                        dt = time.perf_counter() - t0
-                        ms[name].append(1000 * dt / len(objs))
-                        chunks_per_object.append(sum(len(o.paragraphs) for o in objs) / len(objs))
-                        print(f"  round {r + 1}/{args.rounds} {name}: {ms[name][-1]:.2f} ms per object",
-                              file=sys.stderr)
-        finally:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(copy)))
+    ms: dict[str, list[float]] = {v: [] for v in funcs}
+    chunks_per_object: list[float] = []
+    with copy_of(args.dsn, kept, "single_floor") as copy_dsn, psycopg.connect(copy_dsn, autocommit=True) as conn:
+        if args.warmup:
+            t0 = time.perf_counter()
+            for o in list(Corpus(seed=6999).objects(4 * args.warmup))[: args.warmup]:
+                conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id="warmup-" + o.object_id))
+            print(f"  warm-up: {args.warmup} put_object calls in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        for r in range(args.rounds):
+            order = list(funcs) if r % 2 == 0 else list(funcs)[::-1]
+            for i, name in enumerate(order):
+                conn.execute(funcs[name])  # our own SQL file, cut at fixed markers
+                objs = list(Corpus(seed=7000 + 10 * r + i).objects(4 * args.objects))[: args.objects]
+                tag = f"floor-{r}-{i}-"
+                t0 = time.perf_counter()
+                for o in objs:
+                    conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=tag + o.object_id))
+                dt = time.perf_counter() - t0
+                ms[name].append(1000 * dt / len(objs))
+                chunks_per_object.append(sum(len(o.paragraphs) for o in objs) / len(objs))
+                print(f"  round {r + 1}/{args.rounds} {name}: {ms[name][-1]:.2f} ms per object", file=sys.stderr)
     cpo = statistics.fmean(chunks_per_object)
     mean: dict[str, Any] = {v: statistics.fmean(x) for v, x in ms.items()}
     full = mean["full"]

@@ -27,16 +27,14 @@ import argparse
 import statistics
 import sys
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_search import copy_of
 from corpus import PUT_OBJECT_SQL, Corpus, Obj
 
 COUNTERS_SQL = """
@@ -88,20 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     kept = f"gk_bench_{args.chunks}"
-    copy = f"gk_write_phases_{uuid.uuid4().hex[:8]}"
     n = 2 * args.windows * args.objects
     objs = iter(list(Corpus(seed=args.seed).objects(4 * n))[:n])
-    with psycopg.connect(args.dsn, autocommit=True) as admin:
-        t0 = time.perf_counter()
-        admin.execute(sql.SQL("create database {} template {} strategy file_copy").format(
-            sql.Identifier(copy), sql.Identifier(kept)))
-        print(f"copied {kept} in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        try:
-            with psycopg.connect(make_conninfo(args.dsn, dbname=copy), autocommit=True) as conn:
-                phases = {name: run_phase(conn, name, objs, args.windows, args.objects, f"wp-{name}-")
-                          for name in ("cold", "warm")}
-        finally:
-            admin.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(copy)))
+    with copy_of(args.dsn, kept, "write_phases") as copy_dsn, psycopg.connect(copy_dsn, autocommit=True) as conn:
+        phases = {name: run_phase(conn, name, objs, args.windows, args.objects, f"wp-{name}-")
+                  for name in ("cold", "warm")}
 
     print(f"\n{kept}: put_object, one object per transaction, {args.windows} windows of {args.objects} "
           "objects per phase, each phase after a CHECKPOINT\n")
