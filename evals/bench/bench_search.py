@@ -349,15 +349,20 @@ def concurrent_ingest(dsn: str, corpus: Corpus, writers: int, seconds: float, ta
             "lock_wait_share": lock_waits / samples if samples else 0.0}
 
 
-def blocks_read(conn: psycopg.Connection[Any]) -> float:
-    """groundkit's blocks read into shared_buffers so far (from the OS or the disk): what a cold cache costs."""
+def groundkit_blocks(conn: psycopg.Connection[Any]) -> tuple[float, float]:
+    """groundkit's blocks read into shared_buffers so far (from the OS or the disk: what a cold cache
+    costs) and found there, this database. Flushes this backend's counts and clears the statistics
+    snapshot first, so that other cumulative statistics read next on conn are fresh too."""
     conn.execute("select pg_stat_force_next_flush()")  # this backend's pending counts, at commit
     conn.execute("select pg_stat_clear_snapshot()")
-    row = conn.execute("select coalesce(sum(coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0)"
-                       " + coalesce(toast_blks_read, 0) + coalesce(tidx_blks_read, 0)), 0)"
-                       " from pg_statio_all_tables where schemaname = 'groundkit'").fetchone()
+    row = conn.execute(
+        "select coalesce(sum(coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0)"
+        "                    + coalesce(toast_blks_read, 0) + coalesce(tidx_blks_read, 0)), 0),"
+        "       coalesce(sum(coalesce(heap_blks_hit, 0) + coalesce(idx_blks_hit, 0)"
+        "                    + coalesce(toast_blks_hit, 0) + coalesce(tidx_blks_hit, 0)), 0)"
+        "  from pg_statio_all_tables where schemaname = 'groundkit'").fetchone()
     assert row is not None
-    return float(row[0])
+    return float(row[0]), float(row[1])
 
 
 def run_queries(conn: psycopg.Connection[Any], query_sql: str, reader: str, queries: Sequence[str], k: int,
@@ -447,10 +452,10 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
             for pas in range(1, args.passes + 1):
                 this = {}
                 for r in READERS:
-                    before = blocks_read(conn)
+                    before = groundkit_blocks(conn)[0]
                     gk = run_queries(conn, search_sql, r, queries, args.k, f"groundkit.search {r} (pass {pas})")
                     this[r] = {"all": summarize(gk), "2-6": summarize(gk, mid), "lat": gk,
-                               "blocks_read_per_query": (blocks_read(conn) - before) / len(queries)}
+                               "blocks_read_per_query": (groundkit_blocks(conn)[0] - before) / len(queries)}
                 res["passes"].append(this)
             # the first pass, as every run before --passes reported it; the last one: warm
             res["search"] = res["passes"][0]

@@ -34,24 +34,16 @@ from typing import Any
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search import copy_of
+from bench_search import copy_of, groundkit_blocks
 from corpus import PUT_OBJECT_SQL, Corpus, Obj
-
-COUNTERS_SQL = """
-select w.wal_fpi, w.wal_bytes, s.blks_read, s.blks_hit
-  from pg_stat_wal w,
-       (select coalesce(sum(coalesce(heap_blks_read, 0) + coalesce(idx_blks_read, 0)), 0) as blks_read,
-               coalesce(sum(coalesce(heap_blks_hit, 0) + coalesce(idx_blks_hit, 0)), 0) as blks_hit
-          from pg_statio_all_tables where schemaname = 'groundkit') s
-"""
 
 
 def counters(conn: psycopg.Connection[Any]) -> tuple[float, ...]:
-    conn.execute("select pg_stat_force_next_flush()")  # this backend's pending counts, at commit
-    conn.execute("select pg_stat_clear_snapshot()")
-    row = conn.execute(COUNTERS_SQL).fetchone()
+    """WAL full-page images and bytes (server-wide), groundkit blocks read and hit (this database)."""
+    read, hit = groundkit_blocks(conn)
+    row = conn.execute("select wal_fpi, wal_bytes from pg_stat_wal").fetchone()
     assert row is not None
-    return tuple(float(x) for x in row)
+    return float(row[0]), float(row[1]), read, hit
 
 
 def run_phase(conn: psycopg.Connection[Any], name: str, objs: Iterator[Obj], windows: int, per: int,
