@@ -205,6 +205,79 @@ as $$
      order by p.chunk_id
 $$;
 
+-- A threshold round's merged read (docs/bm25.md, "How a round reads its ranges"): the ranges
+-- of the terms rd names, each an index-only scan of the primary key in chunk-id order, merged
+-- (Merge Append) and summed chunk by chunk (GroupAggregate). The chunks whose known part plus
+-- p_max reaches p_thr, with those parts and lengths, and how many chunks were read. With split
+-- points (ascending chunk ids), the chunk ids are cut into pieces (below the first point, between
+-- two, from the last one up), each merged and summed on its own: a chunk has all its postings in
+-- one piece, so the sums are the same, only the pieces can run in parallel workers (called
+-- through groundkit._merged_read_parallel). (EXECUTE: one branch per term and piece; only
+-- positions are written into the text, every value is a parameter.)
+create or replace function groundkit._merged_read(
+    p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
+    p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
+    p_cuts double precision[], p_rd integer[], p_splits bigint[],
+    out ids bigint[], out known double precision[], out dls integer[], out n_read bigint)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    pieces text;
+begin
+    if exists (select 1 from unnest(p_splits) with ordinality as x(v, i)
+                where x.v is null or x.v <= p_splits[x.i - 1]) then
+        raise exception 'split points must be ascending chunk ids (got %)', p_splits using errcode = '22023';
+    end if;
+    pieces := (
+        select string_agg(
+                   '(select p.chunk_id, max(p.doc_len) as dl,'
+                   ' sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6))) as known'
+                   ' from (select * from ('
+                   || (select string_agg(format(
+                                  '(select q.chunk_id, q.tf, q.doc_len, ($2)[%s] as w from groundkit.postings q'
+                                  ' where q.term = ($1)[%s] and q.vis_key = any ($3) and q.imp >= ($9)[%s]%s%s'
+                                  ' order by q.chunk_id)',
+                                  r.i, r.i, r.i,
+                                  case when s.i > 1 then format(' and q.chunk_id >= ($10)[%s]', s.i - 1) end,
+                                  case when s.i <= cardinality(p_splits) then format(' and q.chunk_id < ($10)[%s]', s.i) end),
+                              ' union all ' order by r.i)
+                         from unnest(p_rd) as r(i))
+                   || ') u order by u.chunk_id) p group by p.chunk_id)',
+                   ' union all ' order by s.i)
+          from generate_series(1, cardinality(p_splits) + 1) as s(i));
+    execute 'select coalesce(array_agg(c.chunk_id) filter (where c.known + $7 >= $8), ''{}''),
+                    coalesce(array_agg(c.known) filter (where c.known + $7 >= $8), ''{}''),
+                    coalesce(array_agg(c.dl) filter (where c.known + $7 >= $8), ''{}''),
+                    count(*)
+               from (' || pieces || ') c'
+      into ids, known, dls, n_read
+      using p_terms, p_ws, p_buckets, p_k1, p_b, p_avgdl, p_max, p_thr, p_cuts, p_splits;
+end
+$$;
+
+-- The same read in pieces planned for parallel workers: each piece is a whole plan of its own
+-- (a non-partial child of a Parallel Append), so that with two pieces two processes each merge
+-- half of the chunk ids, and only each process's filtered arrays and count are combined. The
+-- costs of starting workers are set to nothing so that the planner's model (which gives a
+-- non-partial piece to one worker and counts the leader out) takes that plan; the number of
+-- workers is the server's and the caller's (max_parallel_workers_per_gather,
+-- max_parallel_workers): at 0, or with no worker free, the leader runs every piece, in one process.
+create or replace function groundkit._merged_read_parallel(
+    p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
+    p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
+    p_cuts double precision[], p_rd integer[], p_splits bigint[],
+    out ids bigint[], out known double precision[], out dls integer[], out n_read bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+set parallel_setup_cost = 0
+set parallel_tuple_cost = 0
+set min_parallel_index_scan_size = 0
+as $$
+    select * from groundkit._merged_read(p_terms, p_ws, p_buckets, p_k1, p_b, p_avgdl, p_max, p_thr,
+                                         p_cuts, p_rd, p_splits)
+$$;
+
 -- The signature before the strategy argument (an overload would make calls ambiguous).
 drop function if exists groundkit._search_pruned(text, text, integer, text[], text[], integer);
 
@@ -239,9 +312,10 @@ drop function if exists groundkit._search_pruned(text, text, integer, text[], te
 -- benchmarks) forces one: 'scan', 'threshold' or 'rounds' ('extend': the threshold rounds,
 -- extending a round whenever that is allowed, whatever it costs; 'shares': the threshold rounds,
 -- reading every round in two passes whatever its length; 'merge': the threshold rounds, reading
--- every round's ranges from the primary key in chunk-id order). Without it, start_depth 0 forces
--- the scan and a positive start_depth the pruned rounds, starting that deep; with 'threshold',
--- 'extend', 'shares' or 'merge' it is how deep the first lower bound reads (0: none).
+-- every round's ranges from the primary key in chunk-id order; 'pieces': the same in two pieces
+-- of the chunk ids, planned for parallel workers). Without it, start_depth 0 forces the scan and
+-- a positive start_depth the pruned rounds, starting that deep; with 'threshold', 'extend',
+-- 'shares', 'merge' or 'pieces' it is how deep the first lower bound reads (0: none).
 create or replace function groundkit._search_pruned(
     reader_sub text,
     query text,
@@ -347,7 +421,9 @@ declare
     merged boolean;
     hi_a double precision;
     hi_b double precision;
-    m_sql text;
+    m_splits bigint[];
+    -- a merged read of at least this many postings runs in two pieces, in parallel workers
+    par_min constant double precision := 50000;
     d_cut double precision;
     est_d double precision;
     -- range counts kept from round to round: where each term was last counted, and its count
@@ -361,8 +437,8 @@ declare
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
-       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'shares', 'merge', 'rounds') then
-        raise exception 'strategy must be scan, threshold, extend, shares, merge or rounds (got %)', quote_literal(_search_pruned.strategy)
+       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'shares', 'merge', 'pieces', 'rounds') then
+        raise exception 'strategy must be scan, threshold, extend, shares, merge, pieces or rounds (got %)', quote_literal(_search_pruned.strategy)
             using errcode = 'GK005';
     end if;
     -- fail closed: no reader row, no results
@@ -411,7 +487,7 @@ begin
     -- lists are short (at most 20,000 postings of shared content), where one aggregate over them
     -- costs less than any bookkeeping; otherwise the threshold rounds (docs/bm25.md, measured).
     v_strategy := coalesce(
-        case when _search_pruned.strategy in ('extend', 'shares', 'merge') then 'threshold' else _search_pruned.strategy end,
+        case when _search_pruned.strategy in ('extend', 'shares', 'merge', 'pieces') then 'threshold' else _search_pruned.strategy end,
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
         case when cardinality(terms) = 1 then 'rounds'
@@ -700,15 +776,17 @@ begin
                     -- order from the primary key and merged (docs/bm25.md, "How a round reads its
                     -- ranges"), when the reader's lists are most of the terms' postings (the
                     -- primary key holds every bucket's).
-                    -- ('merge', for tests: every round, whatever its cuts.)
-                    merged := case _search_pruned.strategy when 'merge' then true when 'shares' then false
+                    -- ('merge' and 'pieces', for tests: every round, whatever its cuts.)
+                    merged := case when _search_pruned.strategy in ('merge', 'pieces') then true
+                                   when _search_pruned.strategy = 'shares' then false
                               else n_big >= 20000
                                    and not exists (select 1 from unnest(rd) as r(i) where cuts[r.i] > 0)
                                    and 2 * n_big >= (select coalesce(sum(ts.df), 0) from groundkit.term_stats ts
                                                       where ts.term in (select t_terms[r.i] from unnest(rd) as r(i)))
                               end;
                     if (n_big >= 20000 or _search_pruned.strategy = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f)
-                       and _search_pruned.strategy is distinct from 'merge' then
+                       and _search_pruned.strategy is distinct from 'merge'
+                       and _search_pruned.strategy is distinct from 'pieces' then
                         budget := (thr_f - p_max) * (1 - 1e-7);
                         taus := array_fill(null::double precision, array[nt]);
                         for j in select x.i from unnest(ns, probe) with ordinality as x(n, pr, i)
@@ -791,25 +869,26 @@ begin
                     elsif merged then
                         -- One index-only scan of the primary key per term, each in chunk-id order,
                         -- merged (Merge Append) and summed chunk by chunk (GroupAggregate): no hash
-                        -- table over hundreds of thousands of chunks. (EXECUTE: one branch per
-                        -- term read; only the term's position is written into the text.)
-                        m_sql := (select string_agg(format(
-                                      '(select q.chunk_id, q.tf, q.doc_len, ($2)[%s] as w from groundkit.postings q'
-                                      ' where q.term = ($1)[%s] and q.vis_key = any ($3) and q.imp >= ($9)[%s]'
-                                      ' order by q.chunk_id)',
-                                      r.i, r.i, r.i), ' union all ')
-                                    from unnest(rd) as r(i));
-                        execute 'select coalesce(array_agg(c.chunk_id) filter (where c.known + $7 >= $8), ''{}''),
-                                        coalesce(array_agg(c.known) filter (where c.known + $7 >= $8), ''{}''),
-                                        coalesce(array_agg(c.dl) filter (where c.known + $7 >= $8), ''{}''),
-                                        count(*)
-                                   from (select p.chunk_id, max(p.doc_len) as dl,
-                                                sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6))) as known
-                                           from (select * from (' || m_sql || ') u order by u.chunk_id) p
-                                          group by p.chunk_id) c'
-                          into c_ids, c_known, c_dl, n_read
-                          using t_terms, t_ws, buckets, v_k1, v_b, v_avgdl, p_max, thr_f, cuts;
-                        raise debug 'groundkit pruned: threshold merges % lists', cardinality(rd);
+                        -- table over hundreds of thousands of chunks. Long: in two pieces, cut
+                        -- halfway between the least and the greatest chunk id, in two processes
+                        -- when two parallel workers may be planned (with one, the planner keeps
+                        -- both pieces in one process; docs/bm25.md, "Merged reads in parallel").
+                        if _search_pruned.strategy = 'pieces'
+                           or (n_big >= par_min and current_setting('max_parallel_workers_per_gather')::integer >= 2) then
+                            m_splits := array(select m.x from (select (min(c.chunk_id) + max(c.chunk_id)) / 2 as x
+                                                                 from groundkit.chunks c) m
+                                               where m.x is not null);
+                            select * into c_ids, c_known, c_dl, n_read
+                              from groundkit._merged_read_parallel(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
+                                                                   p_max, thr_f, cuts, rd, m_splits);
+                        else
+                            m_splits := '{}';
+                            select * into c_ids, c_known, c_dl, n_read
+                              from groundkit._merged_read(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
+                                                          p_max, thr_f, cuts, rd, m_splits);
+                        end if;
+                        raise debug 'groundkit pruned: threshold merges % lists in % pieces', cardinality(rd),
+                            cardinality(m_splits) + 1;
                     elsif joined then
                         -- One or two terms read (docs/bm25.md, "How a round reads its ranges"): a
                         -- term's range holds a chunk at most once, so the two ranges are joined by

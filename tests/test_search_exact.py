@@ -6,7 +6,8 @@ every reader, selective ones included. Three answers are compared:
 - ``groundkit._search_pruned`` forced to run the pruned rounds starting one posting deep, so
   it goes through many rounds of pruning and deepening even on a small corpus; forced to scan;
   forced to run the threshold rounds (also extending every round it may, reading every round
-  in two passes by shares, and reading every round's ranges merged in chunk-id order); and left
+  in two passes by shares, reading every round's ranges merged in chunk-id order, and merged in
+  two pieces of the chunk ids planned for parallel workers); and left
   to choose (on these small corpora: the scan);
 - ``groundkit._search_exhaustive``, the one-aggregate scorer over every posting;
 - a brute force written here in Python from the raw tables (visibility, statistics scopes and
@@ -45,7 +46,8 @@ STRATEGIES = (", start_depth => 1", ", start_depth => 3", ", strategy => 'scan'"
               ", strategy => 'threshold', start_depth => 1", ", strategy => 'threshold', start_depth => 0",
               ", strategy => 'extend'", ", strategy => 'extend', start_depth => 1",
               ", strategy => 'shares'", ", strategy => 'shares', start_depth => 1",
-              ", strategy => 'merge'", ", strategy => 'merge', start_depth => 1", "")
+              ", strategy => 'merge'", ", strategy => 'merge', start_depth => 1",
+              ", strategy => 'pieces'", ", strategy => 'pieces', start_depth => 1", "")
 
 
 @dataclass(frozen=True)
@@ -405,7 +407,7 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
             for query in queries:
                 for k in (1, 5, 10, 30):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
-                    for strategy in ("threshold", "extend", "shares", "merge"):
+                    for strategy in ("threshold", "extend", "shares", "merge", "pieces"):
                         raw.execute("set client_min_messages = debug1")
                         got = _rows(raw, "_search_pruned", reader, query, k, f", strategy => '{strategy}'")
                         raw.execute("reset client_min_messages")
@@ -418,6 +420,8 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
               if m.startswith("groundkit pruned: threshold merges")]
     assert any(int(m.split(" merges ")[1].split(" ")[0]) >= 3 for m, _ in merges), "no round merged three lists"
     assert any(_cut_above_zero(after) for _, after in merges), "no merged round read a term to a cut"
+    # 'merge' reads in one piece (short ranges), 'pieces' in two
+    assert any(m.endswith(" in 1 pieces") for m, _ in merges) and any(m.endswith(" in 2 pieces") for m, _ in merges)
     rounds = [m for m in messages if m.startswith("groundkit pruned: threshold guess")]
     new = [m for m in rounds if " range sizes " in m]  # the others extend the last round
     ends = [m for m in messages if m.startswith("groundkit pruned: threshold theta")]
@@ -654,7 +658,7 @@ def test_strategy_argument_is_checked(community: Groundkit) -> None:
     with psycopg.connect(community.conn.info.dsn, autocommit=True) as raw, pytest.raises(psycopg.Error) as err:
         raw.execute("select * from groundkit._search_pruned('t0', 'granite', 10, strategy => 'fastest')")
     assert err.value.sqlstate == "GK005"
-    assert "strategy must be scan, threshold, extend, shares, merge or rounds" in str(err.value)
+    assert "strategy must be scan, threshold, extend, shares, merge, pieces or rounds" in str(err.value)
 
 
 def test_automatic_choice_between_strategies(community: Groundkit) -> None:
@@ -663,8 +667,9 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     postings, and runs the threshold rounds for two or more terms over more (docs/bm25.md, "Three
     strategies"). How such a round reads ("How a round reads its ranges"): two long ranges with
     too many postings at or above their shares for two passes are joined, without a pass 1; four
-    whole lists are merged in chunk-id order; three ranges with few such postings are read in two
-    passes. Every answer equals the exhaustive path."""
+    whole lists are merged in chunk-id order, in one piece (41,000 postings), and five in two
+    pieces planned for parallel workers (61,500: at least 50,000); three ranges with few such
+    postings are read in two passes. Every answer equals the exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -672,7 +677,7 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
     objs = [
         ContentObject(object_id=f"g{i}", version=1, content_type="board_post", space_id="open",
                       tier_visibility="T0", title="",
-                      body="granite " * (1 + i % 4) + "filler " * (i % 13)
+                      body="granite " * (1 + i % 4) + "filler " * (i % 13) + "marble "
                       + " ".join(w for j, w in enumerate(("basalt", "quartz", "slate")) if i % 3 == j))
         for i in range(n)
     ]
@@ -691,6 +696,7 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
         raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
         for query, strategy in [("granite", "rounds"), ("quartz", "rounds"), ("granite basalt", "threshold"),
                                 ("granite basalt quartz slate", "threshold"), ("granite filler basalt", "threshold"),
+                                ("granite marble basalt quartz slate", "threshold"),
                                 ("basalt quartz", "scan")]:
             for reader in ("t0", "t3"):
                 want = _rows(raw, "_search_exhaustive", reader, query, 10)
@@ -709,7 +715,9 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
                 reads[(query, reader)] = read_messages()
         for reader in ("t0", "t3"):
             assert reads[("granite basalt", reader)] == ["joins 2 ranges"], reads
-            assert reads[("granite basalt quartz slate", reader)] == ["merges 4 lists"], reads
+            assert reads[("granite basalt quartz slate", reader)] == ["merges 4 lists in 1 pieces"], reads
+            # 61,500 postings: in two pieces, for parallel workers
+            assert reads[("granite marble basalt quartz slate", reader)] == ["merges 5 lists in 2 pieces"], reads
             two = reads[("granite filler basalt", reader)]
             assert len(two) == 1 and two[0].startswith("shares ") and two[0].endswith(", two passes"), reads
 

@@ -11,9 +11,12 @@ the primary key, which yields that order, is searched for the ids, cached plan o
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import psycopg
+import pytest
+from psycopg import sql
 
 from groundkit import ContentObject, Groundkit
 
@@ -66,3 +69,61 @@ def test_dense_probe_searches_the_primary_key_in_a_generic_plan(community: Groun
         assert got == expected
     raw.execute("reset plan_cache_mode")
     assert raw.execute("select * from groundkit._postings_of('granit', %s)", (wanted,)).fetchall() == expected
+
+
+def _merged(raw: Raw, fn: str, terms: list[str], splits: list[int | None]) -> tuple[dict[int, tuple[float, int]], int]:
+    """groundkit._merged_read (or _parallel) over whole lists of every bucket: {chunk: (known, length)} of
+    the chunks whose sum reaches 2.0, and how many chunks were read."""
+    row = raw.execute(
+        sql.SQL("select r.ids, r.known, r.dls, r.n_read"
+                " from {}(%s, %s, (select array_agg(distinct vis_key) from groundkit.postings),"
+                " 0.9, 0.4, 20.0, 0, 2.0, %s, %s, %s::bigint[]) r").format(sql.Identifier("groundkit", fn)),
+        (terms, [1.0 + i / 10 for i in range(len(terms))], [0.0] * len(terms), list(range(1, len(terms) + 1)),
+         splits)).fetchone()
+    assert row is not None
+    ids, known, dls, n_read = row
+    assert len(ids) == len(known) == len(dls) == len(set(ids))
+    return {i: (k, d) for i, k, d in zip(ids, known, dls, strict=True)}, n_read
+
+
+def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Raw) -> None:
+    """A merged read cut into pieces of the chunk ids (docs/bm25.md, "Merged reads in parallel")
+    keeps the same chunks with the same sums, however the ids are cut, empty pieces included; its
+    parallel form plans the pieces as the children of a Parallel Append, and answers the same when
+    no worker can start. Split points must ascend."""
+    gk = community
+    objs = [ContentObject(object_id=f"m{i}", version=1, content_type="board_post", space_id="open",
+                          tier_visibility=("T0", "T1", "T3")[i % 3], title=f"note {i}",
+                          body=f"granite quarry ledge {'granite ' * (i % 4)}vein{i % 5} slab{i % 3}")
+            for i in range(900)]
+    gk.put_objects(objs)
+    lo, hi = raw.execute("select min(chunk_id), max(chunk_id) from groundkit.chunks").fetchone() or (0, 0)
+    terms = ["granit", "quarri", "vein1", "slab2"]
+    want, n_want = _merged(raw, "_merged_read", terms, [])
+    assert 0 < len(want) < n_want  # some chunks reach the threshold, not all
+    assert n_want == raw.execute("select count(distinct chunk_id) from groundkit.postings where term = any (%s)",
+                                 (terms,)).fetchone()[0]  # type: ignore[index]
+    cuts: list[list[int | None]] = [[(lo + hi) // 2], [lo - 1], [hi + 1], [lo], [lo + 7, lo + 300, hi - 5],
+                                    [hi + 10, hi + 20]]
+    for splits in cuts:
+        for fn in ("_merged_read", "_merged_read_parallel"):
+            got, n_got = _merged(raw, fn, terms, splits)
+            assert n_got == n_want and got.keys() == want.keys(), (fn, splits)
+            for c, (k, d) in got.items():
+                assert math.isclose(k, want[c][0], rel_tol=1e-12) and d == want[c][1], (fn, splits, c)
+
+    raw.execute("set max_parallel_workers_per_gather = 2")
+    plans = _plans(raw, "select * from groundkit._merged_read_parallel(%s, %s, '{0}', 0.9, 0.4, 20.0, 0, 1.0,"
+                   " %s, %s, %s::bigint[])",
+                   (terms, [1.0] * 4, [0.0] * 4, [1, 2, 3, 4], [(lo + hi) // 2]))
+    inner = [p for p in plans if "Query Text: select coalesce(array_agg(c.chunk_id)" in p]
+    assert len(inner) == 1 and all("Parallel Append" in p and "Workers Planned: 2" in p for p in inner), plans
+    raw.execute("set max_parallel_workers = 0")  # no worker starts: the leader runs both pieces
+    got, n_got = _merged(raw, "_merged_read_parallel", terms, [(lo + hi) // 2])
+    assert n_got == n_want and got.keys() == want.keys()
+    raw.execute("reset max_parallel_workers")
+
+    bad_splits: list[list[int | None]] = [[hi, lo], [lo, lo], [None]]
+    for bad in bad_splits:
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="split points must be ascending"):
+            _merged(raw, "_merged_read", terms, bad)
