@@ -208,9 +208,10 @@ $$;
 -- A threshold round's merged read (docs/bm25.md, "How a round reads its ranges"): the ranges
 -- of the terms rd names, each an index-only scan of the primary key in chunk-id order, merged
 -- (Merge Append) and summed chunk by chunk (GroupAggregate). The chunks whose known part plus
--- p_max reaches p_thr, with those parts and lengths, and how many chunks were read. With split
--- points (ascending chunk ids), the chunk ids are cut into pieces (below the first point, between
--- two, from the last one up), each merged and summed on its own: a chunk has all its postings in
+-- p_max reaches p_thr, with those parts and lengths, and how many chunks were read (no terms:
+-- nothing). With split points (ascending chunk ids; none or null: one piece), the chunk ids are
+-- cut into pieces (below the first point, between two, from the last one up), each merged and
+-- summed on its own: a chunk has all its postings in
 -- one piece, so the sums are the same, only the pieces can run in parallel workers (called
 -- through groundkit._merged_read_parallel). (EXECUTE: one branch per term and piece; only
 -- positions are written into the text, every value is a parameter.)
@@ -225,6 +226,11 @@ as $$
 declare
     pieces text;
 begin
+    p_splits := coalesce(p_splits, '{}');
+    if coalesce(cardinality(p_rd), 0) = 0 then
+        ids := '{}'; known := '{}'; dls := '{}'; n_read := 0;
+        return;
+    end if;
     if exists (select 1 from unnest(p_splits) with ordinality as x(v, i)
                 where x.v is null or x.v <= p_splits[x.i - 1]) then
         raise exception 'split points must be ascending chunk ids (got %)', p_splits using errcode = '22023';

@@ -71,7 +71,8 @@ def test_dense_probe_searches_the_primary_key_in_a_generic_plan(community: Groun
     assert raw.execute("select * from groundkit._postings_of('granit', %s)", (wanted,)).fetchall() == expected
 
 
-def _merged(raw: Raw, fn: str, terms: list[str], splits: list[int | None]) -> tuple[dict[int, tuple[float, int]], int]:
+def _merged(raw: Raw, fn: str, terms: list[str], splits: list[int | None] | None,
+            ) -> tuple[dict[int, tuple[float, int]], int]:
     """groundkit._merged_read (or _parallel) over whole lists of every bucket: {chunk: (known, length)} of
     the chunks whose sum reaches 2.0, and how many chunks were read."""
     row = raw.execute(
@@ -88,7 +89,8 @@ def _merged(raw: Raw, fn: str, terms: list[str], splits: list[int | None]) -> tu
 
 def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Raw) -> None:
     """A merged read cut into pieces of the chunk ids (docs/bm25.md, "Merged reads in parallel")
-    keeps the same chunks with the same sums, however the ids are cut, empty pieces included; its
+    keeps the same chunks with the same sums, however the ids are cut, empty pieces included (no
+    split points, or null: one piece); its
     parallel form plans the pieces as the children of a Parallel Append, and answers the same when
     no worker can start. Split points must ascend."""
     gk = community
@@ -103,8 +105,8 @@ def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Ra
     assert 0 < len(want) < n_want  # some chunks reach the threshold, not all
     assert n_want == raw.execute("select count(distinct chunk_id) from groundkit.postings where term = any (%s)",
                                  (terms,)).fetchone()[0]  # type: ignore[index]
-    cuts: list[list[int | None]] = [[(lo + hi) // 2], [lo - 1], [hi + 1], [lo], [lo + 7, lo + 300, hi - 5],
-                                    [hi + 10, hi + 20]]
+    cuts: list[list[int | None] | None] = [[(lo + hi) // 2], [lo - 1], [hi + 1], [lo], [lo + 7, lo + 300, hi - 5],
+                                           [hi + 10, hi + 20], None]
     for splits in cuts:
         for fn in ("_merged_read", "_merged_read_parallel"):
             got, n_got = _merged(raw, fn, terms, splits)
@@ -123,7 +125,10 @@ def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Ra
     assert n_got == n_want and got.keys() == want.keys()
     raw.execute("reset max_parallel_workers")
 
-    bad_splits: list[list[int | None]] = [[hi, lo], [lo, lo], [None]]
+    # no term to read: nothing read
+    assert raw.execute("select * from groundkit._merged_read('{}', '{}', '{0}', 0.9, 0.4, 20.0, 0, 2.0, '{}', '{}',"
+                       " '{}')").fetchone() == ([], [], [], 0)
+    bad_splits: list[list[int | None] | None] = [[hi, lo], [lo, lo], [None]]
     for bad in bad_splits:
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="split points must be ascending"):
             _merged(raw, "_merged_read", terms, bad)
