@@ -211,10 +211,10 @@ $$;
 -- p_max reaches p_thr, with those parts and lengths, and how many chunks were read (no terms:
 -- nothing). With split points (ascending chunk ids; none or null: one piece), the chunk ids are
 -- cut into pieces (below the first point, between two, from the last one up), each merged and
--- summed on its own: a chunk has all its postings in
--- one piece, so the sums are the same, only the pieces can run in parallel workers (called
--- through groundkit._merged_read_parallel). (EXECUTE: one branch per term and piece; only
--- positions are written into the text, every value is a parameter.)
+-- summed on its own: a chunk has all its postings in one piece, so the sums are the same, only
+-- the pieces can run in parallel workers (called through groundkit._merged_read_parallel).
+-- (EXECUTE: one branch per term and piece; only positions are written into the text, every
+-- value is a parameter.)
 create or replace function groundkit._merged_read(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,

@@ -29,7 +29,8 @@ def _plans(raw: Raw, stmt: str, params: tuple[Any, ...]) -> list[str]:
     raw.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     raw.execute("load 'auto_explain'")
     for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
-                    "auto_explain.log_level = notice"):
+                    "auto_explain.log_level = notice", "auto_explain.log_analyze = on",
+                    "auto_explain.log_timing = off"):
         raw.execute("set " + setting)
     try:
         raw.execute(stmt, params).fetchall()
@@ -132,3 +133,42 @@ def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Ra
     for bad in bad_splits:
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="split points must be ascending"):
             _merged(raw, "_merged_read", terms, bad)
+
+
+def test_parallel_pieces_see_the_transaction_s_own_writes(community: Groundkit, dsn: str) -> None:
+    """Parallel workers read with the leader's transaction: a search forced to merge in two pieces,
+    in the transaction that has just written (not committed) objects, finds them, with the exhaustive
+    path's answer, and the pieces' plan started workers to do it."""
+    gk = community
+    gk.put_objects([ContentObject(object_id=f"c{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body=f"granite quarry {'ledge ' * (i % 3)}")
+                    for i in range(400)])
+    with psycopg.connect(dsn) as conn:  # one transaction, rolled back at the end
+        conn.execute("set max_parallel_workers_per_gather = 2")
+        conn.execute(
+            "select groundkit.put_object(object_id => %s, version => 1, content_type => 'board_post',"
+            " space_id => 'open', tier_visibility => 'T0', title => '', body => %s)",
+            ("fresh", "granite quarry ledge ledge ledge ledge obsidian"))
+        plans = _plans(conn, "select * from groundkit._search_pruned('t0', 'granite quarry ledge', 5,"
+                             " strategy => 'pieces')", ())
+        merged = [p for p in plans if "Query Text: select coalesce(array_agg(c.chunk_id)" in p]
+        assert merged and all("Workers Launched: 2" in p or "Workers Launched: 1" in p for p in merged), plans
+        got = conn.execute(
+            "select c.object_id, r.score from groundkit._search_pruned('t0', 'granite quarry ledge', 5,"
+            " strategy => 'pieces') r join groundkit.chunks c using (chunk_id) order by r.score desc, c.object_id"
+        ).fetchall()
+        want = conn.execute(
+            "select c.object_id, r.score from groundkit._search_exhaustive('t0', 'granite quarry ledge', 5) r"
+            " join groundkit.chunks c using (chunk_id) order by r.score desc, c.object_id").fetchall()
+        # (the 400 others tie in threes: which of a tie comes back is not compared)
+        assert got[0][0] == want[0][0] == "fresh" and got[0][1] > got[1][1] and len(got) == len(want) == 5
+        assert all(math.isclose(g[1], w[1], rel_tol=1e-12) for g, w in zip(got, want, strict=True))
+        # and the pieces themselves: every chunk of those terms, the new one with them
+        fresh = conn.execute("select chunk_id from groundkit.chunks where object_id = 'fresh'").fetchone()
+        lo, hi = conn.execute("select min(chunk_id), max(chunk_id) from groundkit.chunks").fetchone() or (0, 0)
+        row = conn.execute(
+            "select r.ids, r.n_read from groundkit._merged_read_parallel('{granit,quarri,ledg}', '{1,1,1}',"
+            " (select array_agg(distinct vis_key) from groundkit.postings), 0.9, 0.4, 20.0, 0, 0,"
+            " '{0,0,0}', '{1,2,3}', %s::bigint[]) r", ([(lo + hi) // 2],)).fetchone()
+        assert fresh is not None and row is not None and fresh[0] in row[0] and len(row[0]) == row[1] == 401
+        conn.rollback()
