@@ -91,9 +91,8 @@ def _merged(raw: Raw, fn: str, terms: list[str], splits: list[int | None] | None
 def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Raw) -> None:
     """A merged read cut into pieces of the chunk ids (docs/bm25.md, "Merged reads in parallel")
     keeps the same chunks with the same sums, however the ids are cut, empty pieces included (no
-    split points, or null: one piece); its
-    parallel form plans the pieces as the children of a Parallel Append, and answers the same when
-    no worker can start. Split points must ascend."""
+    split points, or null: one piece); its parallel form plans the pieces as the children of a
+    Parallel Append, and answers the same when no worker can start. Split points must ascend."""
     gk = community
     objs = [ContentObject(object_id=f"m{i}", version=1, content_type="board_post", space_id="open",
                           tier_visibility=("T0", "T1", "T3")[i % 3], title=f"note {i}",
