@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
 from groundkit import Groundkit
+from groundkit.evals import roles
 from tests.conftest import drop_database, fresh_database
 
 VOCAB = ["amber", "basalt", "cedar", "dune", "ember", "fjord", "granite", "harbor", "island", "juniper",
@@ -661,15 +662,16 @@ def test_strategy_argument_is_checked(community: Groundkit) -> None:
     assert "strategy must be scan, threshold, extend, shares, merge, pieces or rounds" in str(err.value)
 
 
-def test_automatic_choice_between_strategies(community: Groundkit) -> None:
+def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: str, dsn: str) -> None:
     """Without strategy or start_depth, _search_pruned runs the pruned rounds for one term (over a
     long list or a short one), scans two or more terms when the reader's lists hold at most 20,000
     postings, and runs the threshold rounds for two or more terms over more (docs/bm25.md, "Three
     strategies"). How such a round reads ("How a round reads its ranges"): two long ranges with
     too many postings at or above their shares for two passes are joined, without a pass 1; four
     whole lists are merged in chunk-id order, in one piece (41,000 postings), and five in two
-    pieces planned for parallel workers (61,500: at least 50,000); three ranges with few such
-    postings are read in two passes. Every answer equals the exhaustive path."""
+    pieces planned for parallel workers (61,500: at least 50,000), also for a login that may only
+    search; three ranges with few such postings are read in two passes. Every answer equals the
+    exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -720,6 +722,20 @@ def test_automatic_choice_between_strategies(community: Groundkit) -> None:
             assert reads[("granite marble basalt quartz slate", reader)] == ["merges 5 lists in 2 pieces"], reads
             two = reads[("granite filler basalt", reader)]
             assert len(two) == 1 and two[0].startswith("shares ") and two[0].endswith(", two passes"), reads
+
+    # the same through groundkit.search, for a login that may only search: read in two pieces (in
+    # parallel workers, which run as the search function's owner, like the leader), same answer
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        want = _rows(raw, "_search_exhaustive", "t3", "granite marble basalt quartz slate", 10)
+    with roles.login_roles(server_dsn, dsn) as who, psycopg.connect(who.reader, autocommit=True) as conn:
+        messages.clear()
+        conn.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        conn.execute("set client_min_messages = debug1")
+        rows = conn.execute("select object_id, chunk_seq, score from groundkit.search('t3',"
+                            " 'granite marble basalt quartz slate', 10)").fetchall()
+        got = sorted(((str(o), int(q), float(sc)) for o, q, sc in rows), key=lambda r: (-r[2], r[0], r[1]))
+        _assert_same(got, want, "search as a reader login")
+        assert read_messages() == ["merges 5 lists in 2 pieces"], messages
 
 
 def _bench_module(name: str) -> Any:
