@@ -205,21 +205,35 @@ as $$
      order by p.chunk_id
 $$;
 
+-- In revisions 1716589 to 54be43c the merged read had a fourth output, n_read (how many chunks
+-- it read); `create or replace` cannot drop an output, so that version is dropped first.
+do $drop$
+begin
+    if exists (select 1 from pg_catalog.pg_proc
+                where proname = '_merged_read' and pronamespace = 'groundkit'::regnamespace
+                  and 'n_read' = any (proargnames)) then
+        drop function groundkit._merged_read_parallel(text[], double precision[], bigint[], double precision, double precision, double precision, double precision, double precision, double precision[], integer[], bigint[]);
+        drop function groundkit._merged_read(text[], double precision[], bigint[], double precision, double precision, double precision, double precision, double precision, double precision[], integer[], bigint[]);
+    end if;
+end
+$drop$;
+
 -- A threshold round's merged read (docs/bm25.md, "How a round reads its ranges"): the ranges
 -- of the terms rd names, each an index-only scan of the primary key in chunk-id order, merged
 -- (Merge Append) and summed chunk by chunk (GroupAggregate). The chunks whose known part plus
--- p_max reaches p_thr, with those parts and lengths, and how many chunks were read (no terms:
--- nothing). With split points (ascending chunk ids; none or null: one piece), the chunk ids are
--- cut into pieces (below the first point, between two, from the last one up), each merged and
--- summed on its own: a chunk has all its postings in one piece, so the sums are the same, only
--- the pieces can run in parallel workers (called through groundkit._merged_read_parallel).
+-- p_max reaches p_thr, with those parts and lengths (no terms: none); the others are dropped as
+-- they are summed (HAVING), so that only the kept ones reach the arrays. With split points
+-- (ascending chunk ids; none or null: one piece), the chunk ids are cut into pieces (below the
+-- first point, between two, from the last one up), each merged and summed on its own: a chunk
+-- has all its postings in one piece, so the sums are the same, only the pieces can run in
+-- parallel workers (called through groundkit._merged_read_parallel).
 -- (EXECUTE: one branch per term and piece; only positions are written into the text, every
 -- value is a parameter.)
 create or replace function groundkit._merged_read(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
     p_cuts double precision[], p_rd integer[], p_splits bigint[],
-    out ids bigint[], out known double precision[], out dls integer[], out n_read bigint)
+    out ids bigint[], out known double precision[], out dls integer[])
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -228,7 +242,7 @@ declare
 begin
     p_splits := coalesce(p_splits, '{}');
     if coalesce(cardinality(p_rd), 0) = 0 then
-        ids := '{}'; known := '{}'; dls := '{}'; n_read := 0;
+        ids := '{}'; known := '{}'; dls := '{}';
         return;
     end if;
     if exists (select 1 from unnest(p_splits) with ordinality as x(v, i)
@@ -249,22 +263,21 @@ begin
                                   case when s.i <= cardinality(p_splits) then format(' and q.chunk_id < ($10)[%s]', s.i) end),
                               ' union all ' order by r.i)
                          from unnest(p_rd) as r(i))
-                   || ') u order by u.chunk_id) p group by p.chunk_id)',
+                   || ') u order by u.chunk_id) p group by p.chunk_id'
+                   ' having sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6))) + $7 >= $8)',
                    ' union all ' order by s.i)
           from generate_series(1, cardinality(p_splits) + 1) as s(i));
-    execute 'select coalesce(array_agg(c.chunk_id) filter (where c.known + $7 >= $8), ''{}''),
-                    coalesce(array_agg(c.known) filter (where c.known + $7 >= $8), ''{}''),
-                    coalesce(array_agg(c.dl) filter (where c.known + $7 >= $8), ''{}''),
-                    count(*)
+    execute 'select coalesce(array_agg(c.chunk_id), ''{}''), coalesce(array_agg(c.known), ''{}''),
+                    coalesce(array_agg(c.dl), ''{}'')
                from (' || pieces || ') c'
-      into ids, known, dls, n_read
+      into ids, known, dls
       using p_terms, p_ws, p_buckets, p_k1, p_b, p_avgdl, p_max, p_thr, p_cuts, p_splits;
 end
 $$;
 
 -- The same read in pieces planned for parallel workers: each piece is a whole plan of its own
 -- (a non-partial child of a Parallel Append), so that with two pieces two processes each merge
--- half of the chunk ids, and only each process's filtered arrays and count are combined. The
+-- half of the chunk ids, and only each process's arrays of kept chunks are combined. The
 -- costs of starting workers are set to nothing so that the planner's model (which gives a
 -- non-partial piece to one worker and counts the leader out) takes that plan; the number of
 -- workers is the server's and the caller's (max_parallel_workers_per_gather,
@@ -273,7 +286,7 @@ create or replace function groundkit._merged_read_parallel(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
     p_cuts double precision[], p_rd integer[], p_splits bigint[],
-    out ids bigint[], out known double precision[], out dls integer[], out n_read bigint)
+    out ids bigint[], out known double precision[], out dls integer[])
 language sql stable
 set search_path = pg_catalog, pg_temp
 set parallel_setup_cost = 0
@@ -884,15 +897,17 @@ begin
                             m_splits := array(select m.x from (select (min(c.chunk_id) + max(c.chunk_id)) / 2 as x
                                                                  from groundkit.chunks c) m
                                                where m.x is not null);
-                            select * into c_ids, c_known, c_dl, n_read
+                            select * into c_ids, c_known, c_dl
                               from groundkit._merged_read_parallel(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
                                                                    p_max, thr_f, cuts, rd, m_splits);
                         else
                             m_splits := '{}';
-                            select * into c_ids, c_known, c_dl, n_read
+                            select * into c_ids, c_known, c_dl
                               from groundkit._merged_read(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
                                                           p_max, thr_f, cuts, rd, m_splits);
                         end if;
+                        -- The chunks read, for "fewer than k" below: at least the longest range.
+                        n_read := greatest(cardinality(c_ids), n_long);
                         raise debug 'groundkit pruned: threshold merges % lists in % pieces', cardinality(rd),
                             cardinality(m_splits) + 1;
                     elsif joined then

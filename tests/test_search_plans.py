@@ -72,20 +72,19 @@ def test_dense_probe_searches_the_primary_key_in_a_generic_plan(community: Groun
     assert raw.execute("select * from groundkit._postings_of('granit', %s)", (wanted,)).fetchall() == expected
 
 
-def _merged(raw: Raw, fn: str, terms: list[str], splits: list[int | None] | None,
-            ) -> tuple[dict[int, tuple[float, int]], int]:
+def _merged(raw: Raw, fn: str, terms: list[str], splits: list[int | None] | None) -> dict[int, tuple[float, int]]:
     """groundkit._merged_read (or _parallel) over whole lists of every bucket: {chunk: (known, length)} of
-    the chunks whose sum reaches 2.0, and how many chunks were read."""
+    the chunks whose sum reaches 2.0."""
     row = raw.execute(
-        sql.SQL("select r.ids, r.known, r.dls, r.n_read"
+        sql.SQL("select r.ids, r.known, r.dls"
                 " from {}(%s, %s, (select array_agg(distinct vis_key) from groundkit.postings),"
                 " 0.9, 0.4, 20.0, 0, 2.0, %s, %s, %s::bigint[]) r").format(sql.Identifier("groundkit", fn)),
         (terms, [1.0 + i / 10 for i in range(len(terms))], [0.0] * len(terms), list(range(1, len(terms) + 1)),
          splits)).fetchone()
     assert row is not None
-    ids, known, dls, n_read = row
+    ids, known, dls = row
     assert len(ids) == len(known) == len(dls) == len(set(ids))
-    return {i: (k, d) for i, k, d in zip(ids, known, dls, strict=True)}, n_read
+    return {i: (k, d) for i, k, d in zip(ids, known, dls, strict=True)}
 
 
 def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Raw) -> None:
@@ -101,16 +100,25 @@ def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Ra
     gk.put_objects(objs)
     lo, hi = raw.execute("select min(chunk_id), max(chunk_id) from groundkit.chunks").fetchone() or (0, 0)
     terms = ["granit", "quarri", "vein1", "slab2"]
-    want, n_want = _merged(raw, "_merged_read", terms, [])
-    assert 0 < len(want) < n_want  # some chunks reach the threshold, not all
-    assert n_want == raw.execute("select count(distinct chunk_id) from groundkit.postings where term = any (%s)",
-                                 (terms,)).fetchone()[0]  # type: ignore[index]
+    want = _merged(raw, "_merged_read", terms, [])
+    # some chunks reach the threshold, not all; the kept ones with the sum and length written out here
+    row = raw.execute(
+        "select count(*), count(*) filter (where s.known >= 2.0)"
+        " from (select q.chunk_id,"
+        "        sum((%s::float8[])[array_position(%s, q.term)] * q.tf"
+        "            / (q.tf + 0.9::float8 * (1 - 0.4::float8 + 0.4::float8 * q.doc_len / 20.0::float8))) as known"
+        "         from groundkit.postings q where q.term = any (%s) group by q.chunk_id) s",
+        ([1.0, 1.1, 1.2, 1.3], terms, terms)).fetchone()
+    assert row is not None and 0 < len(want) == row[1] < row[0]
+    for c, (k, d) in want.items():
+        assert k >= 2.0 and d == raw.execute("select doc_len from groundkit.chunks where chunk_id = %s",
+                                             (c,)).fetchone()[0]  # type: ignore[index]
     cuts: list[list[int | None] | None] = [[(lo + hi) // 2], [lo - 1], [hi + 1], [lo], [lo + 7, lo + 300, hi - 5],
                                            [hi + 10, hi + 20], None]
     for splits in cuts:
         for fn in ("_merged_read", "_merged_read_parallel"):
-            got, n_got = _merged(raw, fn, terms, splits)
-            assert n_got == n_want and got.keys() == want.keys(), (fn, splits)
+            got = _merged(raw, fn, terms, splits)
+            assert got.keys() == want.keys(), (fn, splits)
             for c, (k, d) in got.items():
                 assert math.isclose(k, want[c][0], rel_tol=1e-12) and d == want[c][1], (fn, splits, c)
 
@@ -121,13 +129,13 @@ def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Ra
     inner = [p for p in plans if "Query Text: select coalesce(array_agg(c.chunk_id)" in p]
     assert len(inner) == 1 and all("Parallel Append" in p and "Workers Planned: 2" in p for p in inner), plans
     raw.execute("set max_parallel_workers = 0")  # no worker starts: the leader runs both pieces
-    got, n_got = _merged(raw, "_merged_read_parallel", terms, [(lo + hi) // 2])
-    assert n_got == n_want and got.keys() == want.keys()
+    got = _merged(raw, "_merged_read_parallel", terms, [(lo + hi) // 2])
+    assert got.keys() == want.keys()
     raw.execute("reset max_parallel_workers")
 
     # no term to read: nothing read
     assert raw.execute("select * from groundkit._merged_read('{}', '{}', '{0}', 0.9, 0.4, 20.0, 0, 2.0, '{}', '{}',"
-                       " '{}')").fetchone() == ([], [], [], 0)
+                       " '{}')").fetchone() == ([], [], [])
     bad_splits: list[list[int | None] | None] = [[hi, lo], [lo, lo], [None]]
     for bad in bad_splits:
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="split points must be ascending"):
@@ -166,8 +174,8 @@ def test_parallel_pieces_see_the_transaction_s_own_writes(community: Groundkit, 
         fresh = conn.execute("select chunk_id from groundkit.chunks where object_id = 'fresh'").fetchone()
         lo, hi = conn.execute("select min(chunk_id), max(chunk_id) from groundkit.chunks").fetchone() or (0, 0)
         row = conn.execute(
-            "select r.ids, r.n_read from groundkit._merged_read_parallel('{granit,quarri,ledg}', '{1,1,1}',"
+            "select r.ids from groundkit._merged_read_parallel('{granit,quarri,ledg}', '{1,1,1}',"
             " (select array_agg(distinct vis_key) from groundkit.postings), 0.9, 0.4, 20.0, 0, 0,"
             " '{0,0,0}', '{1,2,3}', %s::bigint[]) r", ([(lo + hi) // 2],)).fetchone()
-        assert fresh is not None and row is not None and fresh[0] in row[0] and len(row[0]) == row[1] == 401
+        assert fresh is not None and row is not None and fresh[0] in row[0] and len(row[0]) == 401
         conn.rollback()
