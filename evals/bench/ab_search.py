@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -41,11 +42,19 @@ ROOT = Path(__file__).resolve().parents[2]
 AB_NAME = "_search_pruned_ab"
 
 
-def baseline_function(rev: str) -> str:
-    """The CREATE FUNCTION text of _search_pruned at ``rev``, renamed to AB_NAME."""
+def baseline_function(rev: str, helpers: Sequence[str] = ()) -> str:
+    """The CREATE FUNCTION text of _search_pruned at ``rev``, renamed to AB_NAME. With helpers
+    (names of other functions of sql/060_search.sql), their text at ``rev`` too, each renamed
+    with an ``_ab`` suffix, and every call of them in the baseline's text renamed alike: for a
+    change that alters what a helper returns, the baseline then runs its own helpers."""
     text = subprocess.run(["git", "show", f"{rev}:sql/060_search.sql"], cwd=ROOT, check=True,
                           capture_output=True, text=True).stdout
-    return function_source(text, "_search_pruned").replace("_search_pruned", AB_NAME)
+    sources = [function_source(text, "_search_pruned").replace("_search_pruned", AB_NAME)]
+    sources += [function_source(text, h) for h in helpers]
+    if not helpers:
+        return sources[0]
+    calls = re.compile(r"groundkit\.(" + "|".join(re.escape(h) for h in helpers) + r")\b")
+    return "\n".join(calls.sub(lambda m: f"groundkit.{m.group(1)}_ab", src) for src in sources)
 
 
 def bench_queries(n_chunks: int, n_queries: int, seed: int) -> list[str]:
@@ -72,7 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=1,
                     help="run each query this many times per arm (alternating) and keep the fastest")
     ap.add_argument("--per-query", type=Path, help="also write every query's latencies here (JSON lines)")
+    ap.add_argument("--helpers", default="",
+                    help="comma-separated functions of sql/060_search.sql the baseline runs as they were at its"
+                         " revision (installed with an _ab suffix)")
     args = ap.parse_args(argv)
+    helpers = [h for h in args.helpers.split(",") if h]
 
     dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
     groundkit.migrate(dsn)
@@ -84,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = sys.stdout
     with (psycopg.connect(dsn, autocommit=True) as conn,
           args.per_query.open("w") if args.per_query else contextlib.nullcontext() as per_query):
-        conn.execute(baseline_function(args.baseline_rev))  # our own SQL file at that revision
+        conn.execute(baseline_function(args.baseline_rev, helpers))  # our own SQL file at that revision
         try:
             for q in queries[: args.warm_up]:
                 for stmt in arms.values():
@@ -122,7 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           f"| {differ} |\n")
                 out.flush()
         finally:
-            conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(AB_NAME)))
+            for name in [AB_NAME] + [f"{h}_ab" for h in helpers]:
+                conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(name)))
     return 0
 
 
