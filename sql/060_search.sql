@@ -212,8 +212,12 @@ begin
     if exists (select 1 from pg_catalog.pg_proc
                 where proname = '_merged_read' and pronamespace = 'groundkit'::regnamespace
                   and 'n_read' = any (proargnames)) then
-        drop function groundkit._merged_read_parallel(text[], double precision[], bigint[], double precision, double precision, double precision, double precision, double precision, double precision[], integer[], bigint[]);
-        drop function groundkit._merged_read(text[], double precision[], bigint[], double precision, double precision, double precision, double precision, double precision, double precision[], integer[], bigint[]);
+        drop function groundkit._merged_read_parallel(
+            text[], double precision[], bigint[], double precision, double precision, double precision,
+            double precision, double precision, double precision[], integer[], bigint[]);
+        drop function groundkit._merged_read(
+            text[], double precision[], bigint[], double precision, double precision, double precision,
+            double precision, double precision, double precision[], integer[], bigint[]);
     end if;
 end
 $drop$;

@@ -11,6 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 import sqlalchemy
+from psycopg import sql
 
 import groundkit
 from groundkit import Groundkit, MigrationState
@@ -154,3 +155,26 @@ def test_migration_state_lists_applied_revisions(dsn: str) -> None:
     assert state.pending == ()
     assert state.applied[-1] == state.head
     assert state.current == (state.head,)
+
+
+def test_migrate_replaces_a_helper_whose_outputs_changed(dsn: str) -> None:
+    """Replaceable SQL runs on every migrate, and `create or replace function` cannot change a
+    function's outputs: sql/060_search.sql drops the merged read of revisions 1716589 to 54be43c
+    (a fourth output, n_read) before creating the current one."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("drop function groundkit._merged_read_parallel; drop function groundkit._merged_read")
+        for name in ("_merged_read", "_merged_read_parallel"):
+            conn.execute(sql.SQL(
+                "create function {}(text[], double precision[], bigint[], double precision, double precision,"
+                " double precision, double precision, double precision, double precision[], integer[], bigint[],"
+                " out ids bigint[], out known double precision[], out dls integer[], out n_read bigint)"
+                " language sql as 'select null::bigint[], null::double precision[], null::integer[], 0::bigint'"
+            ).format(sql.Identifier("groundkit", name)))
+    groundkit.migrate(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("select proname, proargnames from pg_proc where proname like '\\_merged\\_read%'"
+                            " order by proname").fetchall()
+        assert [r[0] for r in rows] == ["_merged_read", "_merged_read_parallel"]
+        assert all(r[1][-3:] == ["ids", "known", "dls"] for r in rows), rows
+        assert conn.execute("select * from groundkit._merged_read('{}', '{}', '{0}', 0.9, 0.4, 20.0, 0, 1.0, '{}',"
+                            " '{}', '{}')").fetchone() == ([], [], [])
