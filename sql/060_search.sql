@@ -243,6 +243,9 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     pieces text;
+    -- a chunk's known part, once for the select list and the having clause (the same text: one
+    -- aggregate, computed once, and the chunks kept are those whose returned part reaches p_thr)
+    known_sum constant text := 'sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6)))';
 begin
     p_splits := coalesce(p_splits, '{}');
     if coalesce(cardinality(p_rd), 0) = 0 then
@@ -255,8 +258,7 @@ begin
     end if;
     pieces := (
         select string_agg(
-                   '(select p.chunk_id, max(p.doc_len) as dl,'
-                   ' sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6))) as known'
+                   '(select p.chunk_id, max(p.doc_len) as dl, ' || known_sum || ' as known'
                    ' from (select * from ('
                    || (select string_agg(format(
                                   '(select q.chunk_id, q.tf, q.doc_len, ($2)[%s] as w from groundkit.postings q'
@@ -267,8 +269,7 @@ begin
                                   case when s.i <= cardinality(p_splits) then format(' and q.chunk_id < ($10)[%s]', s.i) end),
                               ' union all ' order by r.i)
                          from unnest(p_rd) as r(i))
-                   || ') u order by u.chunk_id) p group by p.chunk_id'
-                   ' having sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6))) + $7 >= $8)',
+                   || ') u order by u.chunk_id) p group by p.chunk_id having ' || known_sum || ' + $7 >= $8)',
                    ' union all ' order by s.i)
           from generate_series(1, cardinality(p_splits) + 1) as s(i));
     execute 'select coalesce(array_agg(c.chunk_id), ''{}''), coalesce(array_agg(c.known), ''{}''),
