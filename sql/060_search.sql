@@ -585,8 +585,14 @@ begin
             tot := (select sum(x) from unnest(t_maxcs) as x);
             full_n := (select sum(x) from unnest(t_dfs) as x);
 
-            guess := greatest(x_lb, 0.9 * tot);
+            -- The first guess: 0.9 of the two largest maxima together (of tot for one or two
+            -- terms), or x_lb if higher. The best chunks seldom hold more than two of the terms
+            -- near their maxima: with four terms or more, 0.9 · tot was 1.5-2.4 times the final
+            -- k-th score (docs/bm25.md, "The first guess from two maxima").
+            guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt] + coalesce(t_maxcs[nt - 1], 0)));
             final := guess <= x_lb;
+            raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb %',
+                t_terms, t_ws, t_maxcs, x_lb;
             loop
                 -- Extend the last round instead of running a new one (docs/bm25.md, "Extending a
                 -- round"): allowed while the guess is at or above the level the last round kept
