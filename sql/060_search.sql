@@ -588,7 +588,8 @@ begin
             -- The first guess: 0.9 of the two largest maxima together (of tot for one or two
             -- terms), or x_lb if higher. The best chunks seldom hold more than two of the terms
             -- near their maxima: with four terms or more, 0.9 · tot was 1.5-2.4 times the final
-            -- k-th score (docs/bm25.md, "The first guess from two maxima").
+            -- k-th score (10th to 90th percentile of the benchmark's queries; docs/bm25.md, "The
+            -- first guess from two maxima").
             guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt] + coalesce(t_maxcs[nt - 1], 0)));
             final := guess <= x_lb;
             raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb %',
