@@ -12,7 +12,7 @@ sql/060_search.sql has it, under the name ``groundkit._search_pruned_oracle``, w
 read from settings of the session:
 
 - ``groundkit.oracle_theta``: the first guess is just below this value (or x_lb, if higher)
-  instead of 0.9 of the sum of the terms' maxima. The script sets it to the k-th score
+  instead of 0.9 of the two largest of the terms' maxima. The script sets it to the k-th score
   ``_search_pruned`` returned for the same reader and query, so the first round is the one a
   perfect guess would run. The result must not change (checked: both are exact).
 - ``groundkit.oracle_arm = 'prologue'``: return (no rows) once the reader, the terms, the
