@@ -413,6 +413,9 @@ declare
     best_probe boolean[];
     cost double precision;
     best_cost double precision;
+    n_cand double precision;
+    l_need double precision;
+    jj integer;
     n_probe integer;
     p_max double precision;
     best_p_max double precision;
@@ -700,7 +703,10 @@ begin
                     -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
                     -- below the guess (then every chunk reaching it holds a term that is read); of
                     -- those sets, the one of least estimated cost (a posting read ~0.8 us, a probe
-                    -- ~5 us per candidate and probed term).
+                    -- ~5 us per candidate and probed term). The candidates: every posting read, or
+                    -- in the final round over whole lists an estimate (docs/bm25.md, "Candidates of
+                    -- a final round"): there the others are far fewer, and a round that reads a
+                    -- common list whole only to look up a rarer one's few chunks is the slowest kind.
                     probe := array_fill(false, array[nt]);
                     best_probe := probe;
                     p_max := 0;
@@ -714,7 +720,29 @@ begin
                             p_max := p_max + t_maxcs[j];
                             n_probe := n_probe + 1;
                             n_left := n_left - ns[j];
-                            cost := 0.8 * n_left + 5 * n_probe * n_left;
+                            n_cand := n_left;
+                            if final and not exists (select 1 from unnest(cuts) as c(x) where c.x > 0) then
+                                -- (whole lists: a kept chunk's read terms add up to l_need. One
+                                -- alone reaches it only at or above l_need / (w mult) in its list:
+                                -- so many postings by the sketches (none counted where there are
+                                -- none). Chunks of two or more read terms: as if the terms were
+                                -- independent. Only the final round, which cannot fail: in others
+                                -- the cheaper plan ran rounds that failed, then the final one.)
+                                l_need := thr_g - p_max;
+                                n_cand := 0;
+                                for jj in select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr loop
+                                    if t_maxcs[jj] >= l_need then
+                                        n_cand := n_cand + coalesce((select z.n from groundkit._sketched_size(
+                                                      t_terms[jj], l_need / (t_ws[jj] * mult), buckets) z), 0);
+                                    end if;
+                                end loop;
+                                n_cand := least(n_left, n_cand + (
+                                    select coalesce(sum(a.n * b.n), 0) / greatest(v_n, 1)
+                                      from unnest(ns, probe) with ordinality as a(n, pr, i)
+                                      join unnest(ns, probe) with ordinality as b(n, pr, i) on b.i > a.i
+                                     where not a.pr and not b.pr));
+                            end if;
+                            cost := 0.8 * n_left + 5 * n_probe * n_cand;
                             if cost < best_cost then
                                 best_cost := cost;
                                 best_probe := probe;

@@ -670,8 +670,9 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
     too many postings at or above their shares for two passes are joined, without a pass 1; four
     whole lists are merged in chunk-id order, in one piece (41,000 postings), and five in two
     pieces planned for parallel workers (61,500: at least 50,000), also for a login that may only
-    search; three ranges with few such postings are read in two passes. Every answer equals the
-    exhaustive path."""
+    search; three ranges with few such postings are read in two passes; a final round over four
+    whole lists looks the two common ones up for the chunks of the two rarer ones ("Candidates of
+    a final round"). Every answer equals the exhaustive path."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -687,6 +688,7 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
         gk.put_objects(objs[start:start + 2500])
     messages: list[str] = []
     reads: dict[tuple[str, str], list[str]] = {}
+    probed: dict[str, list[str]] = {}
 
     def read_messages() -> list[str]:
         # how each round read: two passes by shares, a join, or a merge
@@ -699,7 +701,7 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
         for query, strategy in [("granite", "rounds"), ("quartz", "rounds"), ("granite basalt", "threshold"),
                                 ("granite basalt quartz slate", "threshold"), ("granite filler basalt", "threshold"),
                                 ("granite marble basalt quartz slate", "threshold"),
-                                ("basalt quartz", "scan")]:
+                                ("granite filler basalt quartz", "threshold"), ("basalt quartz", "scan")]:
             for reader in ("t0", "t3"):
                 want = _rows(raw, "_search_exhaustive", reader, query, 10)
                 assert len(want) == 10
@@ -715,6 +717,8 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
                 }
                 assert ran == {name: name == strategy for name in ran}, (query, messages)
                 reads[(query, reader)] = read_messages()
+                if query == "granite filler basalt quartz":
+                    probed[reader] = [m for m in messages if m.startswith("groundkit pruned: threshold guess")]
         for reader in ("t0", "t3"):
             assert reads[("granite basalt", reader)] == ["joins 2 ranges"], reads
             assert reads[("granite basalt quartz slate", reader)] == ["merges 4 lists in 1 pieces"], reads
@@ -722,6 +726,11 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
             assert reads[("granite marble basalt quartz slate", reader)] == ["merges 5 lists in 2 pieces"], reads
             two = reads[("granite filler basalt", reader)]
             assert len(two) == 1 and two[0].startswith("shares ") and two[0].endswith(", two passes"), reads
+            # a final round over whole lists: granite and filler (in 20,500 and 18,923 chunks) are
+            # looked up for the chunks of basalt and quartz (13,667 postings), estimated at a few
+            # thousand, rather than all four lists merged (53,090 postings)
+            assert reads[("granite filler basalt quartz", reader)] == ["joins 2 ranges"], reads
+            assert any("(final t)" in m and "probed {t,t,f,f}" in m for m in probed[reader]), probed
 
     # the same through groundkit.search, for a login that may only search: read in two pieces (in
     # parallel workers, which run as the search function's owner, like the leader), same answer
