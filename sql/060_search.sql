@@ -414,6 +414,7 @@ declare
     cost double precision;
     best_cost double precision;
     n_cand double precision;
+    est_cand boolean;
     l_need double precision;
     jj integer;
     n_probe integer;
@@ -714,6 +715,8 @@ begin
                     n_probe := 0;
                     n_left := (select sum(x) from unnest(ns) as x);
                     best_cost := 0.8 * n_left;
+                    -- (the final round over whole lists: every cut at or below 0)
+                    est_cand := final and not exists (select 1 from unnest(cuts) as c(x) where c.x > 0);
                     for j in select x.i from unnest(ns) with ordinality as x(n, i) order by x.n desc, x.i loop
                         if p_max + t_maxcs[j] < thr_g then
                             probe[j] := true;
@@ -721,7 +724,7 @@ begin
                             n_probe := n_probe + 1;
                             n_left := n_left - ns[j];
                             n_cand := n_left;
-                            if final and not exists (select 1 from unnest(cuts) as c(x) where c.x > 0) then
+                            if est_cand then
                                 -- (whole lists: a kept chunk's read terms add up to l_need. One
                                 -- alone reaches it only at or above l_need / (w mult) in its list:
                                 -- so many postings by the sketches (none counted where there are
