@@ -527,11 +527,13 @@ begin
         begin
             -- One statement reads the top postings of every list the reader may read and gives:
             -- the terms by their largest possible contribution to a chunk the reader may see
-            -- (the top impact of each of the reader's lists), smallest first; and x_lb, a lower
-            -- bound on the final k-th score, from real chunks: the best by their partial sums
-            -- among those postings (start_depth deep, for tests; 0: none, and x_lb is
-            -- -infinity), scored exactly, checked against the live predicate best-first (the
-            -- k-th visible score, or -infinity).
+            -- (the top impact of each of the reader's lists, one posting each), smallest first;
+            -- and x_lb, a lower bound on the final k-th score, from real chunks: the best by
+            -- their partial sums among the lists' top postings (64 or 4k deep; for two terms,
+            -- whose first guess is 0.9 of both maxima and seldom x_lb, 2k and at least 16;
+            -- start_depth deep, for tests; 0: none, and x_lb is -infinity), scored exactly,
+            -- checked against the live predicate best-first (the k-th visible score, or
+            -- -infinity). docs/bm25.md, "Maxima from one posting, and x_lb for two terms".
             with q as (
                 select u.term, u.w, u.df from unnest(terms, ws, dfs) as u(term, w, df)
             ),
@@ -545,12 +547,17 @@ begin
                         where p.term = q.term and p.vis_key = b.vk
                         order by p.imp desc
                         limit greatest(1, coalesce(_search_pruned.start_depth,
-                                                   greatest(64, 4 * _search_pruned.k)))) x
+                                                   case when cardinality(terms) = 2
+                                                        then greatest(16, 2 * _search_pruned.k)
+                                                        else greatest(64, 4 * _search_pruned.k) end))) x
             ),
             mx as (
-                select q.term, q.w, q.df, q.w * least(1.0, coalesce(max(p.imp), 0) * mult) as maxc
+                select q.term, q.w, q.df, q.w * least(1.0, coalesce(max(t.imp), 0) * mult) as maxc
                   from q
-                  left join p on p.term = q.term
+                 cross join unnest(buckets) as b(vk)
+                  left join lateral (select p.imp from groundkit.postings p
+                                      where p.term = q.term and p.vis_key = b.vk
+                                      order by p.imp desc limit 1) t on true
                  group by q.term, q.w, q.df
             ),
             cand as (
@@ -596,8 +603,8 @@ begin
             -- first guess from two maxima").
             guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt] + coalesce(t_maxcs[nt - 1], 0)));
             final := guess <= x_lb;
-            raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb %',
-                t_terms, t_ws, t_maxcs, x_lb;
+            raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb % mult % buckets %',
+                t_terms, t_ws, t_maxcs, x_lb, mult, buckets;
             loop
                 -- Extend the last round instead of running a new one (docs/bm25.md, "Extending a
                 -- round"): allowed while the guess is at or above the level the last round kept
