@@ -546,7 +546,7 @@ begin
                          from groundkit.postings p
                         where p.term = q.term and p.vis_key = b.vk
                         order by p.imp desc
-                        limit greatest(1, coalesce(_search_pruned.start_depth,
+                        limit greatest(0, coalesce(_search_pruned.start_depth,
                                                    case when cardinality(terms) = 2
                                                         then greatest(16, 2 * _search_pruned.k)
                                                         else greatest(64, 4 * _search_pruned.k) end))) x
@@ -563,7 +563,6 @@ begin
             cand as (
                 select p.chunk_id, max(p.doc_len) as dl
                   from p
-                 where coalesce(_search_pruned.start_depth, 1) > 0
                  group by p.chunk_id
                  order by sum(p.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) desc
                  limit 4 * _search_pruned.k
