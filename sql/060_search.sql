@@ -512,14 +512,17 @@ begin
 
     -- Which strategy (speed only: all three are exact). One term: the pruned rounds (k postings
     -- deep is usually enough, however long the list). Several terms: the scan when the reader's
-    -- lists are short (at most 20,000 postings of shared content), where one aggregate over them
-    -- costs less than any bookkeeping; otherwise the threshold rounds (docs/bm25.md, measured).
+    -- lists are short, where one aggregate over them costs less than any bookkeeping: at most
+    -- 20,000 postings of shared content for four or more terms, 10,000 for two or three, whose
+    -- threshold rounds probe fewer lists (docs/bm25.md, "The scan's limit by term count");
+    -- otherwise the threshold rounds.
     v_strategy := coalesce(
         case when _search_pruned.strategy in ('extend', 'shares', 'merge', 'pieces') then 'threshold' else _search_pruned.strategy end,
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
         case when cardinality(terms) = 1 then 'rounds'
-             when (select sum(d) from unnest(dfs) as d) <= 20000 then 'scan'
+             when (select sum(d) from unnest(dfs) as d) <= case when cardinality(terms) >= 4 then 20000 else 10000 end
+                  then 'scan'
              else 'threshold' end);
 
     if v_strategy = 'threshold' then

@@ -349,7 +349,7 @@ def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
     assert skipped, "no round skipped scoring"
     assert early, "no search ended with lists left unread"
     # depths 1 and 8 go through the rounds; the scan, and the automatic choice here, where every
-    # query's lists are short (at most 20,000 postings), scan; the threshold rounds end done
+    # query's lists are short (at most 10,000 postings), scan; the threshold rounds end done
     scans = [m for m in messages if m.startswith("groundkit pruned: scan of")]
     thresholds = [m for m in messages if m.startswith("groundkit pruned: threshold theta") and m.endswith("done t")]
     assert len(done) == 2 * len(queries) * 3 * 2
@@ -664,9 +664,9 @@ def test_strategy_argument_is_checked(community: Groundkit) -> None:
 
 def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: str, dsn: str) -> None:
     """Without strategy or start_depth, _search_pruned runs the pruned rounds for one term (over a
-    long list or a short one), scans two or more terms when the reader's lists hold at most 20,000
-    postings, and runs the threshold rounds for two or more terms over more (docs/bm25.md, "Three
-    strategies"). How such a round reads ("How a round reads its ranges"): two long ranges with
+    long list or a short one), scans two or three terms when the reader's lists hold at most 10,000
+    postings and four or more terms when they hold at most 20,000, and runs the threshold rounds
+    for two or more terms over more (docs/bm25.md, "Three strategies"). How such a round reads ("How a round reads its ranges"): two long ranges with
     too many postings at or above their shares for two passes are joined, without a pass 1; four
     whole lists are merged in chunk-id order, in one piece (41,000 postings), and five in two
     pieces planned for parallel workers (61,500: at least 50,000), also for a login that may only
@@ -686,6 +686,10 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
     ]
     for start in range(0, n, 2500):
         gk.put_objects(objs[start:start + 2500])
+    # 'obsidian' and 'pumice' in 150 more objects: two short lists
+    gk.put_objects([ContentObject(object_id=f"o{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body="obsidian pumice " + "ash " * (i % 5))
+                    for i in range(150)])
     messages: list[str] = []
     reads: dict[tuple[str, str], list[str]] = {}
     probed: dict[str, list[str]] = {}
@@ -701,7 +705,10 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
         for query, strategy in [("granite", "rounds"), ("quartz", "rounds"), ("granite basalt", "threshold"),
                                 ("granite basalt quartz slate", "threshold"), ("granite filler basalt", "threshold"),
                                 ("granite marble basalt quartz slate", "threshold"),
-                                ("granite filler basalt quartz", "threshold"), ("basalt quartz", "scan")]:
+                                ("granite filler basalt quartz", "threshold"),
+                                # two terms over 13,667 postings; two over 300; four over 13,967
+                                ("basalt quartz", "threshold"), ("obsidian pumice", "scan"),
+                                ("basalt quartz obsidian pumice", "scan")]:
             for reader in ("t0", "t3"):
                 want = _rows(raw, "_search_exhaustive", reader, query, 10)
                 assert len(want) == 10
