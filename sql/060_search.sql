@@ -540,7 +540,7 @@ begin
             with q as (
                 select u.term, u.w, u.df from unnest(terms, ws, dfs) as u(term, w, df)
             ),
-            p as materialized (
+            p as (
                 select q.term, q.w, x.chunk_id, x.tf, x.doc_len, x.imp
                   from q
                  cross join unnest(buckets) as b(vk)
