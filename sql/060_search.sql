@@ -1026,8 +1026,8 @@ begin
                     e_cand := cardinality(c_ids);
                 end if;
                 -- (The candidates' arrays are unnested in select lists, in step: a set-returning
-                -- function in FROM puts every row in a tuplestore first, ~0.12 us a row and array
-                -- against ~0.035; docs/bm25.md, "Arrays unnested in select lists".)
+                -- function in FROM puts every row in a tuplestore first, ~0.08 us a row and array
+                -- against ~0.03; docs/bm25.md, "Arrays unnested in select lists".)
                 rest := p_max;
                 for j in select x.i from unnest(t_maxcs, probe) with ordinality as x(mc, pr, i)
                           where x.pr order by x.mc desc, x.i loop

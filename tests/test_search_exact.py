@@ -666,7 +666,8 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
     """Without strategy or start_depth, _search_pruned runs the pruned rounds for one term (over a
     long list or a short one), scans two or three terms when the reader's lists hold at most 10,000
     postings and four or more terms when they hold at most 20,000, and runs the threshold rounds
-    for two or more terms over more (docs/bm25.md, "Three strategies"). How such a round reads ("How a round reads its ranges"): two long ranges with
+    for two or more terms over more (docs/bm25.md, "Three strategies"). How such a round reads
+    ("How a round reads its ranges"): two long ranges with
     too many postings at or above their shares for two passes are joined, without a pass 1; four
     whole lists are merged in chunk-id order, in one piece (41,000 postings), and five in two
     pieces planned for parallel workers (61,500: at least 50,000), also for a login that may only
