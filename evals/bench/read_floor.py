@@ -1,4 +1,4 @@
-"""How much of a search is reading postings: the search against reading only what any plan must read.
+"""How much of a search is reading postings, and what a round told the answer's k-th score costs.
 
     python evals/bench/bench_search.py --dsn URL --chunks 1000000 --keep     # builds gk_bench_1000000
     python evals/bench/read_floor.py --dsn URL --chunks 1000000 --queries 100 --repeat 3
@@ -12,13 +12,24 @@ postings than the cheapest such R, each term read from its cut at theta.
 
 For every 2-6-term query of the benchmark and every reader, this script takes theta from the
 search's answer, the terms, weights, maxima, `mult` and the reader's lists from the search's
-debug message, counts every R's postings, and times reading the cheapest R's postings in one
-statement (index-only scans of the impact index; nothing summed, nothing completed, no
-predicate). That is a floor for the reading alone, not for a search: it knows theta, and the
-chunks it finds are not yet scored.
+debug message, counts every R's postings, and times, fastest of --repeat runs each:
 
-Printed per reader: p50 / p95 / mean of the search and of the floor (fastest of --repeat runs
-each), their ratio, and the postings the floor reads (p50 / p95).
+- reading the cheapest R's postings in one statement (index-only scans of the impact index;
+  nothing summed, nothing completed, no predicate): a floor for the reading alone;
+- the round a perfect guess would run with that R, in one function call (pg_temp.gk_complete):
+  R's ranges summed chunk by chunk (joined by chunk id for two terms), the chunks that can reach
+  theta kept, then the other terms looked up for them largest maximum first, as the threshold
+  rounds do, dropping a chunk once it cannot reach theta; and the same with every term read
+  down to its cut and nothing looked up. The lesser of the two is "the floor": what one round
+  costs when theta is known, with no first statement (maxima, x_lb), no range counts, no plan
+  choice and no failed rounds. It is not a bound on every plan: a search that reads more
+  ranges at a higher level can beat it (docs/bm25.md, "The floor of a round told θ");
+- tantivy over the same corpus (in process, no permissions; --no-tantivy skips it), for the
+  ratios.
+
+Printed per reader: p50 / p95 / mean of each arm, the search over the floor, what the floor
+reads, keeps and looks up, and each arm's p50 over tantivy's. --per-query writes every query's
+figures as JSON lines.
 """
 
 from __future__ import annotations
