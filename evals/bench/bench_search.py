@@ -90,6 +90,11 @@ def pct(xs: Sequence[float], p: float) -> float:
     return s[i]
 
 
+def p50_p95_mean(xs: Sequence[float], digits: int = 1) -> str:
+    """'p50 / p95 / mean' of xs, for the scripts' tables."""
+    return f"{pct(xs, 50):.{digits}f} / {pct(xs, 95):.{digits}f} / {statistics.mean(xs):.{digits}f}"
+
+
 class Progress:
     def __init__(self, what: str, total: int) -> None:
         self.what, self.total, self.t0, self.last = what, total, time.perf_counter(), 0.0

@@ -45,7 +45,7 @@ from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
-from bench_search import READERS, log, pct
+from bench_search import READERS, log, p50_p95_mean, pct
 from sqlsource import function_source, require_once
 
 import groundkit
@@ -70,10 +70,6 @@ def oracle_function() -> str:
     fn = fn.replace(BEFORE_SCAN, "    " + prologue + BEFORE_SCAN)
     # Only our own SQL file's text is edited here; nothing from outside reaches it.
     return fn.replace("_search_pruned", NAME)  # the name and the qualified parameter names
-
-
-def summary(xs: Sequence[float]) -> str:
-    return f"{pct(xs, 50):.1f} / {pct(xs, 95):.1f} / {statistics.mean(xs):.1f}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -157,7 +153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         n_rounds[a].append(rounds(a, reader, q, theta))
                     log(f"  {reader}: {i + 1}/{len(queries)}")
                 s, o, p = lat["search"], lat["oracle"], lat["prologue"]
-                cells = [summary(s), summary(o), summary(p)]
+                cells = [p50_p95_mean(s), p50_p95_mean(o), p50_p95_mean(p)]
                 cells.append(" / ".join(f"{pct([x for x, m in zip(a, mid, strict=True) if m], 50):.1f}"
                                         for a in (s, o, p)))
                 cells += [f"{statistics.mean(o) / statistics.mean(s):.2f}",

@@ -50,7 +50,7 @@ from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
-from bench_search import READERS, log, pct, tantivy_index, tantivy_time
+from bench_search import READERS, log, p50_p95_mean, pct, tantivy_index, tantivy_time
 from corpus import Corpus
 
 import groundkit
@@ -260,10 +260,6 @@ def floor(conn: psycopg.Connection[Any], reader: str, query: str, k: int, repeat
             "candidates": float(cands), "probes": float(probes)}
 
 
-def row(xs: Sequence[float], digits: int) -> str:
-    return f"{pct(xs, 50):.{digits}f} / {pct(xs, 95):.{digits}f} / {statistics.mean(xs):.{digits}f}"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
@@ -312,9 +308,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               "| search / floor (p50, mean) |\n|---|---|---|---|---|---|---|---|---|\n")
     for reader, rs in res.items():
         s, f = [r["search_ms"] for r in rs], [r["floor_ms"] for r in rs]
-        out.write(f"| {reader} | {len(rs)} | {row(s, 1)} | {row([r['read_ms'] for r in rs], 2)} "
-                  f"| {row([r['sum_ms'] for r in rs], 2)} | {row([r['complete_ms'] for r in rs], 2)} "
-                  f"| {row([r['all_ms'] for r in rs], 2)} | {row(f, 2)} "
+        out.write(f"| {reader} | {len(rs)} | {p50_p95_mean(s, 1)} | {p50_p95_mean([r['read_ms'] for r in rs], 2)} "
+                  f"| {p50_p95_mean([r['sum_ms'] for r in rs], 2)} | {p50_p95_mean([r['complete_ms'] for r in rs], 2)} "
+                  f"| {p50_p95_mean([r['all_ms'] for r in rs], 2)} | {p50_p95_mean(f, 2)} "
                   f"| {pct(s, 50) / pct(f, 50):.2f}x, {statistics.mean(s) / statistics.mean(f):.2f}x |\n")
     out.write("\nWhat the floor reads and completes, p50 / p95 (us per lookup: completing less summing, over the "
               "lookups; median of the queries that made at least 100):\n\n"
@@ -331,7 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "| reader | tantivy p50 / p95 / mean ms | search / tantivy | floor / tantivy |\n|---|---|---|---|\n")
         for reader, rs in res.items():
             t = [tv[r["query"]] for r in rs]
-            out.write(f"| {reader} | {row(t, 2)} | {pct([r['search_ms'] for r in rs], 50) / pct(t, 50):.1f}x "
+            out.write(f"| {reader} | {p50_p95_mean(t, 2)} | {pct([r['search_ms'] for r in rs], 50) / pct(t, 50):.1f}x "
                       f"| {pct([r['floor_ms'] for r in rs], 50) / pct(t, 50):.1f}x |\n")
     if per_query:
         per_query.close()
