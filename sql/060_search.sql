@@ -1113,7 +1113,7 @@ begin
                 if done then
                     return query
                     select u.id, u.score
-                      from unnest(c_ids, c_known) as u(id, score)
+                      from (select unnest(c_ids) as id, unnest(c_known) as score) u
                      cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member,
                                                                  _search_pruned.content_types,
                                                                  _search_pruned.space_ids) v
@@ -1257,7 +1257,8 @@ begin
         -- The final k-th score cannot exceed the k-th largest upper bound of any candidate: while
         -- that is below ub_unseen this depth cannot decide, so read deeper before scoring anything.
         select min(z.ub) into kth_ub
-          from (select u.lb + ub_unseen - u.seen as ub from unnest(c_lb, c_seen) as u(lb, seen)
+          from (select u.lb + ub_unseen - u.seen as ub
+                  from (select unnest(c_lb) as lb, unnest(c_seen) as seen) u
                  order by 1 desc limit _search_pruned.k) z;
         if ub_unseen > 0 and (cardinality(c_ids) < _search_pruned.k or kth_ub < ub_unseen) then
             raise debug 'groundkit pruned: depths % candidates % ub_unseen % kth_ub %: deeper',
@@ -1307,9 +1308,10 @@ begin
         -- can come out an ulp below lb for a chunk seen under every term, and pruning it then
         -- would be wrong when it ties the threshold: the unseen part is clamped at 0 and the
         -- threshold has a relative slack of 1e-9.
+        -- (Arrays unnested in select lists, as in the threshold rounds.)
         select coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.dl), '{}')
           into s_ids, s_dl
-          from unnest(c_ids, c_lb, c_seen, c_dl) as u(id, lb, seen, dl)
+          from (select unnest(c_ids) as id, unnest(c_lb) as lb, unnest(c_seen) as seen, unnest(c_dl) as dl) u
          where u.lb + greatest(ub_unseen - u.seen, 0) >= greatest(theta_lb, ub_unseen) * (1 - 1e-9);
         -- Scoring a survivor costs an index probe per term, reading a posting much less: while
         -- lists remain and the survivors outnumber a quarter of the postings this round read,
@@ -1325,7 +1327,7 @@ begin
                coalesce(array_agg(z.score order by z.score desc), '{}')
           into a_ids, a_scores
           from (select u.id, sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl))) as score
-                  from unnest(s_ids, s_dl) as u(id, dl)
+                  from (select unnest(s_ids) as id, unnest(s_dl) as dl) u
                  cross join unnest(terms, ws) as q(term, w)
                  join groundkit.postings pp on pp.term = q.term and pp.chunk_id = u.id
                  group by u.id) z;
