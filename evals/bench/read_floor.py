@@ -75,8 +75,9 @@ select count(*)
 # The floor's completion, as a function of the session (pg_temp): sum the read terms' ranges chunk by
 # chunk, keep the chunks whose known part plus the probed terms' maxima reaches theta, then look the
 # probed terms up for them, largest maximum first, dropping a chunk as soon as it cannot reach theta
-# (the threshold rounds' own probing, sql/060_search.sql, without their rounds, counts or plan
-# choices). Returns how many chunks reach theta.
+# (the threshold rounds' own probing, sql/060_search.sql, arrays unnested in select lists as there,
+# without their rounds, counts or plan choices). Returns how many chunks reach theta, how many
+# were kept before the lookups, and how many lookups were made.
 COMPLETE_FN = """
 create or replace function pg_temp.gk_complete(
     terms text[], ws float8[], cuts float8[], rd boolean[], maxcs float8[], dfs float8[],
@@ -146,8 +147,8 @@ begin
               from (select g.id, max(g.dl) as dl,
                            max(g.known) + coalesce(ws[j] * max(g.tf)
                                                    / (max(g.tf) + k1 * (1 - b + b * max(g.dl) / avgdl)), 0) as known
-                      from (select u.id, u.known, u.dl, null::integer as tf
-                              from unnest(c_ids, c_known, c_dl) as u(id, known, dl)
+                      from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl,
+                                   null::integer as tf
                             union all
                             select p1.chunk_id, null, null, p1.tf from groundkit._postings_of(terms[j], c_ids) p1) g
                      group by g.id) z
@@ -157,7 +158,7 @@ begin
               into c_ids, c_known, c_dl
               from (select u.id, u.dl,
                            u.known + coalesce(ws[j] * pp.tf / (pp.tf + k1 * (1 - b + b * u.dl / avgdl)), 0) as known
-                      from (select * from unnest(c_ids, c_known, c_dl) as u(id, known, dl) order by u.id) u
+                      from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl order by 1) u
                       left join lateral (select p1.tf from groundkit.postings p1
                                           where p1.term = terms[j] and p1.chunk_id = u.id) pp on true) z
              where z.known + rest >= theta;
