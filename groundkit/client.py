@@ -72,7 +72,8 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
 _M = TypeVar("_M", bound=BaseModel)
 # 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
 # reports its lists too, and those are not the rebuild's progress)
-_PROGRESS = re.compile(r"groundkit\.(rebuild|set_tier_rank|analyze_postings): (\d+) of (\d+) (?:objects|spaces|lists)")
+_PROGRESS = re.compile(
+    r"groundkit\.(rebuild|set_tier_rank|analyze_postings): (\d+) of (\d+) (?:objects|spaces|lists|terms)")
 
 
 def _validated(model: type[_M], data: dict[str, Any]) -> _M:
@@ -338,9 +339,13 @@ class Groundkit:
                          progress: Callable[[int, int], None] | None = None) -> int:
         """Sketch every postings list of shared content at least ``min_postings`` long (default:
         ``groundkit.config.sketch_min_postings``, 4,096), replacing the sketches, so that search
-        plans its threshold rounds without counting long ranges; returns the number of lists
-        sketched. Planning statistics, like ANALYZE: run after large loads; answers never depend
-        on them. ``progress(done, total)`` is called after each list."""
+        plans its threshold rounds without counting long ranges, then make the term bits of those
+        lists' terms (docs/bm25.md, "Term bits"), so that search looks up only the candidates that
+        hold a common term; returns the number of lists sketched. Like ANALYZE: run after large
+        loads; searches and writers go on, and it waits for the writes in flight when its term
+        bits begin. Under an isolation level other than READ COMMITTED it raises
+        :class:`InvalidArgument`. ``progress(done, total)`` is called after each list, then after
+        each term."""
         return self._with_progress("analyze_postings",
                                    "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
                                    {"min_postings": min_postings}, progress)

@@ -254,19 +254,20 @@ begin
     update groundkit.postings p
        set imp = (p.tf / (p.tf + ip.k1 * (1 - ip.b + ip.b * p.doc_len / ip.avgdl_ref)))::real;
     get diagnostics n = row_count;
-    perform groundkit.analyze_postings();  -- the sketches hold impacts
+    perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));  -- the sketches hold impacts
     return n;
 end
 $$;
 
 -- Sketch every long list of shared content (docs/bm25.md, "Sketches"): for each (term, tier
--- rank) list of at least min_postings postings (default: groundkit.config.sketch_min_postings),
--- the impacts at ranks least(floor(256 * 2^((i - 1) / 4)), n), i = 1, 2, ... up to the list's
--- length n, and those ranks. Replaces every sketch in one transaction (searches see the old
--- ones until it commits; writers are not blocked). Returns the number of lists sketched;
--- progress goes out as DEBUG messages 'groundkit.analyze_postings: <done> of <total> lists'.
--- Planner statistics only: search answers are the same with any sketches or none.
-create or replace function groundkit.analyze_postings(min_postings integer default null)
+-- rank) list of at least v_min postings, the impacts at ranks least(floor(256 * 2^((i - 1) / 4)),
+-- n), i = 1, 2, ... up to the list's length n, and those ranks. Replaces every sketch in one
+-- transaction (searches see the old ones until it commits; writers are not blocked). Returns
+-- the number of lists sketched; progress goes out as DEBUG messages 'groundkit.analyze_postings:
+-- <done> of <total> lists'. Planner statistics only: search answers are the same with any
+-- sketches or none. (set_tier_rank and reindex_impacts call this alone: they change impacts and
+-- buckets, not which chunks hold which terms.)
+create or replace function groundkit._analyze_sketches(v_min integer)
 returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -277,8 +278,6 @@ declare
     i integer;
     imps real[];
     ranks bigint[];
-    v_min integer := coalesce(analyze_postings.min_postings,
-                              (select c.sketch_min_postings from groundkit.config c));
 begin
     if v_min is null or v_min < 1 then
         raise exception 'min_postings must be a positive integer (got %)', coalesce(v_min::text, 'NULL')
@@ -310,6 +309,98 @@ begin
         raise debug 'groundkit.analyze_postings: % of % lists', i, cardinality(l_terms);
     end loop;
     return (select count(*) from groundkit.postings_sketch);
+end
+$$;
+
+-- Term bits (docs/bm25.md, "Term bits"): for every term whose shared lists hold at least
+-- greatest(v_min, w_max / 256) postings (a bitmap is then at most 32 bytes a posting), one bit per
+-- chunk id up to w_max, set when the chunk holds the term. Search skips the lookups of the
+-- chunks whose bit is clear, so the bits must never miss a chunk up to w_max. That holds because
+-- chunk ids only grow (an identity without a cache, checked here) and a chunk's terms never
+-- change (a new version gets new chunks; deletes leave a bit set for nothing, which costs only a
+-- lookup). What needs care is a chunk id at or below w_max whose writer has not committed when
+-- the bits are read. So w_max is the largest chunk id visible first; then this waits for every
+-- transaction that holds a lock on chunks at that moment (any writer of a chunk id at or below
+-- w_max is one of them: it allocated its id before w_max's), as CREATE INDEX CONCURRENTLY does,
+-- without blocking anyone; then, in a new snapshot (READ COMMITTED), every chunk up to w_max is
+-- settled and the bits are read. Replaces every term's bits. Returns how many terms have bits;
+-- progress: DEBUG messages 'groundkit.analyze_postings: <done> of <total> terms'. Under another
+-- isolation level the snapshot would not move: GK005. p_settled: the caller holds chunks against
+-- every other writer (rebuild: it truncated them), so there is nothing to wait for.
+create or replace function groundkit._analyze_term_bits(v_min integer, p_settled boolean default false)
+returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    w bigint;
+    holders text[];
+    b_terms text[];
+    i integer;
+    waited integer := 0;
+begin
+    if not p_settled and current_setting('transaction_isolation') <> 'read committed' then
+        raise exception 'term bits are made under READ COMMITTED only (this transaction is %)',
+            current_setting('transaction_isolation') using errcode = 'GK005';
+    end if;
+    if (select s.cache_size from pg_catalog.pg_sequences s
+         where format('%I.%I', s.schemaname, s.sequencename)::regclass
+               = pg_catalog.pg_get_serial_sequence('groundkit.chunks', 'chunk_id')::regclass) <> 1 then
+        raise exception 'the chunk id sequence caches values: chunk ids would not grow in commit order'
+            using errcode = 'GK005';
+    end if;
+    w := (select max(c.chunk_id) from groundkit.chunks c);
+    holders := array(select l.virtualtransaction from pg_catalog.pg_locks l
+                      where not p_settled
+                        and l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
+                        and l.database = (select d.oid from pg_catalog.pg_database d where d.datname = current_database())
+                        and l.pid is distinct from pg_catalog.pg_backend_pid());
+    while exists (select 1 from pg_catalog.pg_locks l
+                   where l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
+                     and l.virtualtransaction = any (holders)) loop
+        perform pg_catalog.pg_sleep(0.01);
+        waited := waited + 1;
+    end loop;
+    raise debug 'groundkit.analyze_postings: term bits up to chunk %, after waiting % times for % writer(s)',
+        w, waited, cardinality(holders);
+    delete from groundkit.term_bits;
+    if w is null then
+        return 0;
+    end if;
+    b_terms := array(select ts.term from groundkit.term_stats ts group by ts.term
+                      having sum(ts.df) >= greatest(v_min, w / 256) order by ts.term);
+    for i in 1 .. cardinality(b_terms) loop
+        insert into groundkit.term_bits (term, w_max, words)
+        select b_terms[i], w, array_agg(coalesce(x.bits, 0) order by g.word)
+          from generate_series(0, w >> 6) as g(word)
+          left join (select p.chunk_id >> 6 as word, bit_or(1::bigint << (p.chunk_id & 63)::integer) as bits
+                       from groundkit.postings p
+                      where p.term = b_terms[i] and p.chunk_id <= w
+                      group by 1) x on x.word = g.word;
+        raise debug 'groundkit.analyze_postings: % of % terms', i, cardinality(b_terms);
+    end loop;
+    return cardinality(b_terms);
+end
+$$;
+
+-- Planning statistics of the postings, made again (like ANALYZE): the sketches of the long lists
+-- (groundkit._analyze_sketches) and the term bits of the long lists' terms
+-- (groundkit._analyze_term_bits). min_postings: lists at least this long (default:
+-- groundkit.config.sketch_min_postings). Searches and writers go on while it runs; it waits
+-- for the writes in flight when its term bits begin. Returns the number of lists sketched.
+create or replace function groundkit.analyze_postings(min_postings integer default null)
+returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    v_min integer := coalesce(analyze_postings.min_postings,
+                              (select c.sketch_min_postings from groundkit.config c));
+    n bigint;
+begin
+    n := groundkit._analyze_sketches(v_min);
+    perform groundkit._analyze_term_bits(v_min);
+    return n;
 end
 $$;
 

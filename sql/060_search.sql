@@ -462,6 +462,9 @@ declare
     n_sk double precision;
     sk_keys bigint[];
     rest_keys bigint[];
+    -- term bits of a probed term
+    bm bigint[];
+    bw bigint;
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -1033,13 +1036,39 @@ begin
                           where x.pr order by x.mc desc, x.i loop
                     exit when cardinality(c_ids) = 0;
                     rest := rest - t_maxcs[j];
+                    -- (a term's bits, when it has them and fewer than half the chunks hold it)
+                    bm := null;
+                    select case when t_dfs[j] < 0.5 * tb.w_max then tb.words end, tb.w_max into bm, bw
+                      from groundkit.term_bits tb where tb.term = t_terms[j];
                     -- Two ways to look t up for every candidate (the same values). Candidates dense
                     -- in t's list (at least one per 200 of its postings): one primary-key scan for
                     -- them all (= any walks the sorted ids, several to a leaf page), joined to them
                     -- by a group by, which no plan turns into a nested loop. Sparse: one lookup per
                     -- candidate, in id order (neighbouring lookups share index pages); there = any
                     -- costs more, reading most of a leaf page per id (measured, docs/bm25.md).
-                    if cardinality(c_ids)::double precision * 200 >= t_dfs[j] then
+                    if bm is not null then
+                        -- Term bits (docs/bm25.md, "Term bits"): a chunk the bits say does not hold t
+                        -- is not looked up (its known part stays); the others are, one at a time.
+                        -- (Chunks above w_max, written since the bits were made, are looked up.)
+                        select coalesce(array_agg(z.id) filter (where z.known + rest >= thr_f), '{}'),
+                               coalesce(array_agg(z.known) filter (where z.known + rest >= thr_f), '{}'),
+                               coalesce(array_agg(z.dl) filter (where z.known + rest >= thr_f), '{}'),
+                               count(*) filter (where not z.absent), count(*)
+                          into c_ids, c_known, c_dl, n_one, n_new
+                          from (select v.id, v.dl, y.absent,
+                                       v.known + case when y.absent then 0
+                                                      else coalesce((select t_ws[j] * pp.tf
+                                                                            / (pp.tf + v_k1 * (1 - v_b + v_b * v.dl / v_avgdl))
+                                                                       from groundkit.postings pp
+                                                                      where pp.term = t_terms[j] and pp.chunk_id = v.id), 0)
+                                                 end as known
+                                  from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl) v
+                                 cross join lateral (
+                                       select v.id <= bw and (bm[(v.id >> 6) + 1] >> (v.id & 63)::integer) & 1 = 0 as absent) y
+                                offset 0) z;
+                        raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
+                            t_terms[j], n_one, n_new;
+                    elsif cardinality(c_ids)::double precision * 200 >= t_dfs[j] then
                         select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
                                coalesce(array_agg(z.dl), '{}')
                           into c_ids, c_known, c_dl

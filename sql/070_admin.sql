@@ -67,7 +67,7 @@ begin
     -- hold them and wait for the statistics this truncates (a deadlock); it finishes first
     lock table groundkit.postings_sketch in share row exclusive mode;
     truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
-             groundkit.scope_stats;
+             groundkit.scope_stats, groundkit.term_bits;
     -- The postings' indexes are dropped and built again after the load (one sort each instead of
     -- a btree insert per posting: 1.5x at 1M chunks, docs/bm25.md), from their own catalog
     -- definitions, in this transaction.
@@ -123,7 +123,9 @@ begin
      group by c.stat_scope
      order by c.stat_scope;
     raise debug 'groundkit.rebuild: sketches';
-    perform groundkit.analyze_postings();
+    -- (the truncate holds chunks against every writer: the term bits wait for nobody)
+    perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));
+    perform groundkit._analyze_term_bits((select c.sketch_min_postings from groundkit.config c), true);
     return n;
 end
 $$;
@@ -178,8 +180,9 @@ begin
         moved := moved + groundkit._restat_space(spaces[i]);
         raise debug 'groundkit.set_tier_rank: % of % spaces', i, cardinality(spaces);
     end loop;
-    -- the sketches are keyed by tier rank (speed only: search answers do not depend on them)
-    perform groundkit.analyze_postings();
+    -- the sketches are keyed by tier rank (speed only: search answers do not depend on them;
+    -- which chunks hold which terms does not change: the term bits stay)
+    perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));
     return moved;
 end
 $$;

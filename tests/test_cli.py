@@ -194,7 +194,8 @@ def test_rebuild_reports_objects(dsn: str) -> None:
 
 def test_analyze_sketches_long_lists(dsn: str) -> None:
     """`groundkit analyze` and Groundkit.analyze_postings: every list of shared content at least
-    min_postings long is sketched (private content never), with progress per list."""
+    min_postings long is sketched (private content never), with progress per list, and its term
+    gets term bits, with progress per term."""
     with Groundkit.connect(dsn) as gk:
         gk.put_space("commons")
         gk.put_space("hidden", private=True)
@@ -208,7 +209,10 @@ def test_analyze_sketches_long_lists(dsn: str) -> None:
     with Groundkit.connect(dsn) as gk:
         calls: list[tuple[int, int]] = []
         assert gk.analyze_postings(min_postings=2, progress=lambda done, total: calls.append((done, total))) == 6
-        assert calls == [(i, 6) for i in range(1, 7)]
+        # the lists, then the terms whose shared lists make the term bits: loom, weav, wool
+        assert calls == [(i, 6) for i in range(1, 7)] + [(i, 3) for i in range(1, 4)]
+        bits = gk.conn.execute("select term from groundkit.term_bits order by 1").fetchall()
+        assert [r["term"] for r in bits] == ["loom", "weav", "wool"]
         rows = gk.conn.execute("select term, vis_key, n from groundkit.postings_sketch order by 2, 1").fetchall()
         assert [(r["term"], r["vis_key"], r["n"]) for r in rows] == [
             ("loom", 0, 4), ("weav", 0, 4), ("wool", 0, 4), ("loom", 1, 2), ("weav", 1, 2), ("wool", 1, 2)]

@@ -99,6 +99,11 @@ world_st = st.fixed_dictionaries(
         "params": st.sampled_from([(0.9, 0.4, None), (1.2, 0.75, None), (0.9, 0.4, 1.0), (2.0, 1.0, 500.0)]),
         # sketches of the postings lists (planning only): none, fresh, or wrong in every way
         "sketch": st.sampled_from([None, "fresh", "wrong"]),
+        # writes after analyze_postings, which made the term bits (docs/bm25.md, "Term bits"):
+        # (object to delete, object to write again with these words, new object's words)
+        "later": st.one_of(st.none(), st.tuples(
+            st.integers(0, 39), st.integers(0, 39),
+            st.lists(st.integers(0, 14).map(_skew), min_size=1, max_size=12).map(tuple))),
         "queries": st.lists(
             st.tuples(st.lists(st.integers(0, 15), min_size=1, max_size=6), st.integers(1, 8)),
             min_size=1, max_size=4,
@@ -228,6 +233,17 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
         gk.conn.execute("select groundkit.analyze_postings(min_postings => 1)")
     if world["sketch"] == "wrong":
         _corrupt_sketches(gk.conn)
+    if world["later"] is not None:
+        # bits set for a chunk gone, chunks above the bits' w_max
+        gone, again, words = world["later"]
+        if gone < n and gone not in world["deletes"]:
+            gk.delete_object(f"o{gone:02d}", 4)
+        if again < n and again != gone and again not in world["deletes"]:
+            o = world["objects"][again]
+            owner = MEMBERS[o.owner] if o.owner is not None else (MEMBERS[0] if o.owner_only else None)
+            gk.put_object(f"o{again:02d}", 5, "member_note" if o.owner_only else "board_post", f"s{o.space}",
+                          o.tier, _text(o.title), _text(words), owner_sub=owner, owner_only=o.owner_only)
+        gk.put_object("late", 1, "board_post", "s0", "T0", "", _text(words))
 
 
 def _corrupt_sketches(conn: psycopg.Connection[Any]) -> None:

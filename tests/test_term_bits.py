@@ -1,0 +1,142 @@
+"""Term bits (docs/bm25.md, "Term bits"): which chunks hold a long list's term, one bit per chunk
+id up to ``w_max``. Search skips the lookups of the chunks whose bit is clear, so the bits must
+never miss a chunk up to ``w_max``: not when they are made, not after later writes, not when a
+writer is in flight while they are made."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from groundkit import Groundkit
+
+Raw = psycopg.Connection[tuple[Any, ...]]
+
+
+def _bits_match_postings(raw: Raw) -> int:
+    """Every term's bits are exactly the chunks up to w_max that have a posting of it (a chunk
+    deleted since may keep its bit). Returns how many terms have bits."""
+    rows = raw.execute("select term, w_max, words from groundkit.term_bits").fetchall()
+    for term, w_max, words in rows:
+        assert len(words) == (w_max >> 6) + 1
+        bits = {64 * i + b for i, word in enumerate(words) for b in range(64) if (word >> b) & 1}
+        held = {cid for (cid,) in raw.execute(
+            "select chunk_id from groundkit.postings where term = %s and chunk_id <= %s", (term, w_max))}
+        assert held <= bits, f"{term}: chunks {sorted(held - bits)} hold it, their bits are clear"
+        assert all(b <= w_max for b in bits)
+        live = {cid for (cid,) in raw.execute("select chunk_id from groundkit.chunks")}
+        assert (bits - held).isdisjoint(live), f"{term}: live chunks without it have their bits set"
+    return len(rows)
+
+
+def _exact(raw: Raw, reader: str, query: str, k: int = 10) -> list[tuple[int, float]]:
+    """The threshold rounds' answer, checked against the exhaustive path, as (chunk, score)."""
+    want = raw.execute("select chunk_id, score from groundkit._search_exhaustive(%s, %s, %s)",
+                       (reader, query, k)).fetchall()
+    got = raw.execute("select chunk_id, score from groundkit._search_pruned(%s, %s, %s, strategy => 'threshold')",
+                      (reader, query, k)).fetchall()
+    assert [round(s, 9) for _c, s in got] == [round(s, 9) for _c, s in want], f"{reader} {query!r}"
+    return [(int(c), float(s)) for c, s in got]
+
+
+def _corpus(gk: Groundkit) -> None:
+    # 'stone' is common (probed); 'granite' and 'basalt' rare (read), the best chunks hold both
+    for i in range(120):
+        gk.put_object(f"common{i}", 1, "board_post", "open", "T0", "", "stone filler words " * (1 + i % 3))
+    for i in range(25):
+        gk.put_object(f"both{i}", 1, "board_post", "open", "T3" if i % 4 == 0 else "T0", "",
+                      "granite stone " * (1 + i % 3) + "pad " * (i % 5))
+    for i in range(25):
+        gk.put_object(f"rare{i}", 1, "board_post", "open", "T0", "", "granite basalt " + "pad " * (i % 7))
+
+
+def test_term_bits_are_the_postings_and_search_stays_exact(community: Groundkit, raw: Raw) -> None:
+    gk = community
+    _corpus(gk)
+    gk.analyze_postings(min_postings=1)
+    assert _bits_match_postings(raw) > 0
+    w_max = raw.execute("select max(w_max) from groundkit.term_bits").fetchone()
+    assert w_max is not None and w_max[0] == raw.execute("select max(chunk_id) from groundkit.chunks").fetchone()[0]  # type: ignore[index]
+    before = {q: _exact(raw, r, q) for r in ("t0", "t3") for q in ("granite stone", "stone granite basalt")}
+    assert all(before.values())
+    # later writes: a chunk whose bits are set is deleted, new chunks lie above w_max, and one of
+    # them holds 'stone' and 'granite' more often than any before it
+    gk.delete_object("both1", 2)
+    gk.put_object("both2", 2, "board_post", "open", "T0", "", "granite")
+    gk.put_object("late", 1, "board_post", "open", "T0", "", "granite stone " * 6)
+    late = raw.execute("select chunk_id from groundkit.chunks where object_id = 'late'").fetchone()
+    assert late is not None and late[0] > w_max[0]
+    for reader in ("t0", "t3"):
+        for query in ("granite stone", "stone granite basalt"):
+            top = _exact(raw, reader, query)
+            if query == "granite stone":
+                assert top[0][0] == late[0]
+    assert _bits_match_postings(raw) > 0
+
+
+def test_term_bits_wait_for_a_writer_in_flight(community: Groundkit, dsn: str, raw: Raw) -> None:
+    """A writer holds a chunk id but has not committed; another writer commits a higher one. The
+    bits reach that higher id, so they must not be made until the first writer is done, and
+    then hold its chunk."""
+    gk = community
+    _corpus(gk)
+    slow = psycopg.connect(dsn)
+    try:
+        slow.execute("select groundkit.put_object(object_id => 'slow', version => 1, content_type => 'board_post',"
+                     " space_id => 'open', tier_visibility => 'T0', title => '',"
+                     " body => 'granite stone granite stone granite stone granite')")
+        # (another scope and other terms: no statistics row the slow writer holds)
+        gk.put_object("fast", 1, "board_post", "members", "T1", "", "basalt")
+        done: dict[str, Any] = {}
+
+        def analyze() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                done["n"] = conn.execute("select groundkit.analyze_postings(min_postings => 1)").fetchone()
+                done["at"] = time.monotonic()
+
+        t = threading.Thread(target=analyze)
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive(), "the term bits were made while a writer of a chunk below w_max was in flight"
+        committed = time.monotonic()
+        slow.commit()
+        t.join(30)
+        assert not t.is_alive() and done["at"] >= committed
+    finally:
+        slow.close()
+    slow_id = raw.execute("select chunk_id from groundkit.chunks where object_id = 'slow'").fetchone()
+    fast_id = raw.execute("select chunk_id from groundkit.chunks where object_id = 'fast'").fetchone()
+    assert slow_id is not None and fast_id is not None and slow_id[0] < fast_id[0]
+    assert raw.execute("select min(w_max) from groundkit.term_bits").fetchone() == (fast_id[0],)
+    _bits_match_postings(raw)
+    assert _exact(raw, "t0", "granite stone")[0][0] == slow_id[0]
+
+
+def test_term_bits_need_read_committed(community: Groundkit, dsn: str) -> None:
+    """Under REPEATABLE READ the snapshot would not move past the writers it waited for."""
+    gk = community
+    _corpus(gk)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("set transaction isolation level repeatable read")
+        with pytest.raises(psycopg.Error) as err:
+            conn.execute("select groundkit.analyze_postings(min_postings => 1)")
+        assert err.value.sqlstate == "GK005" and "READ COMMITTED" in str(err.value)
+
+
+def test_rebuild_and_set_tier_rank_keep_the_bits_right(community: Groundkit, raw: Raw) -> None:
+    gk = community
+    _corpus(gk)
+    gk.analyze_postings(min_postings=1)
+    gk.set_tier_rank("T3", 7)
+    assert _bits_match_postings(raw) > 0  # set_tier_rank moves buckets, not terms: the bits stay
+    _exact(raw, "t3", "granite stone")
+    gk.rebuild()  # new chunk ids: the bits are made again, for them
+    assert raw.execute("select count(*) from groundkit.term_bits").fetchone() == (0,)  # 4,096 postings: none
+    gk.conn.execute("update groundkit.config set sketch_min_postings = 1")
+    gk.rebuild()
+    assert _bits_match_postings(raw) > 0
+    _exact(raw, "t0", "granite stone")
