@@ -76,8 +76,9 @@ select count(*)
 # chunk, keep the chunks whose known part plus the probed terms' maxima reaches theta, then look the
 # probed terms up for them, largest maximum first, dropping a chunk as soon as it cannot reach theta
 # (the threshold rounds' own probing, sql/060_search.sql, arrays unnested in select lists as there,
-# without their rounds, counts or plan choices). Returns how many chunks reach theta, how many
-# were kept before the lookups, and how many lookups were made.
+# without their rounds, counts or plan choices; with the term bits, docs/bm25.md "Term bits", where
+# the search uses them). Returns how many chunks reach theta, how many were kept before the
+# lookups, and how many lookups were made.
 COMPLETE_FN = """
 create or replace function pg_temp.gk_complete(
     terms text[], ws float8[], cuts float8[], rd boolean[], maxcs float8[], dfs float8[],
@@ -91,6 +92,9 @@ declare
     n_cand bigint;
     n_probes bigint := 0;
     two integer[];
+    bm bigint[];
+    bw bigint;
+    n_looked bigint;
 begin
     if (select count(*) from unnest(rd) as x(r) where x.r) = 1 then
         -- (one range: a chunk once, nothing to group)
@@ -140,6 +144,30 @@ begin
               order by x.mc desc, x.i loop
         exit when cardinality(c_ids) = 0 or not probe;
         rest := rest - maxcs[j];
+        -- (term bits, as the search uses them: only the chunks holding the term are looked up)
+        bm := null;
+        select case when dfs[j] < 0.5 * tb.w_max then tb.words end, tb.w_max into bm, bw
+          from groundkit.term_bits tb where tb.term = terms[j];
+        if bm is not null then
+            select coalesce(array_agg(z.id) filter (where z.known + rest >= theta), '{}'),
+                   coalesce(array_agg(z.known) filter (where z.known + rest >= theta), '{}'),
+                   coalesce(array_agg(z.dl) filter (where z.known + rest >= theta), '{}'),
+                   count(*) filter (where not z.absent)
+              into c_ids, c_known, c_dl, n_looked
+              from (select v.id, v.dl, y.absent,
+                           v.known + case when y.absent then 0
+                                          else coalesce((select ws[j] * pp.tf
+                                                                / (pp.tf + k1 * (1 - b + b * v.dl / avgdl))
+                                                           from groundkit.postings pp
+                                                          where pp.term = terms[j] and pp.chunk_id = v.id), 0)
+                                     end as known
+                      from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl) v
+                     cross join lateral (
+                           select v.id <= bw and (bm[(v.id >> 6) + 1] >> (v.id & 63)::integer) & 1 = 0 as absent) y
+                    offset 0) z;
+            n_probes := n_probes + n_looked;
+            continue;
+        end if;
         n_probes := n_probes + cardinality(c_ids);
         if cardinality(c_ids)::float8 * 200 >= dfs[j] then
             select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'), coalesce(array_agg(z.dl), '{}')
