@@ -338,6 +338,7 @@ declare
     b_terms text[];
     i integer;
     waited integer := 0;
+    started timestamptz := pg_catalog.clock_timestamp();
 begin
     if not p_settled and current_setting('transaction_isolation') <> 'read committed' then
         raise exception 'term bits are made under READ COMMITTED only (this transaction is %)',
@@ -355,9 +356,15 @@ begin
                         and l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
                         and l.database = (select d.oid from pg_catalog.pg_database d where d.datname = current_database())
                         and l.pid is distinct from pg_catalog.pg_backend_pid());
+    -- (a wait like a lock's, and bounded like one: by lock_timeout when it is set)
     while exists (select 1 from pg_catalog.pg_locks l
                    where l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
                      and l.virtualtransaction = any (holders)) loop
+        if current_setting('lock_timeout')::interval > interval '0'
+           and pg_catalog.clock_timestamp() - started > current_setting('lock_timeout')::interval then
+            raise exception 'term bits: writers of chunks still in flight after lock_timeout (%)',
+                current_setting('lock_timeout') using errcode = 'lock_not_available';
+        end if;
         perform pg_catalog.pg_sleep(0.01);
         waited := waited + 1;
     end loop;

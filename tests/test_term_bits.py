@@ -5,6 +5,7 @@ writer is in flight while they are made."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
@@ -33,18 +34,40 @@ def _bits_match_postings(raw: Raw) -> int:
     return len(rows)
 
 
-def _exact(raw: Raw, reader: str, query: str, k: int = 10) -> list[tuple[int, float]]:
-    """The threshold rounds' answer, checked against the exhaustive path, as (chunk, score)."""
+def _exact(raw: Raw, reader: str, query: str, k: int = 10, looked_up: list[tuple[int, int]] | None = None,
+           ) -> list[tuple[int, float]]:
+    """The threshold rounds' answer, checked against the exhaustive path, as (chunk, score).
+    ``looked_up`` collects, per probe step that used term bits, (candidates looked up, all)."""
     want = raw.execute("select chunk_id, score from groundkit._search_exhaustive(%s, %s, %s)",
                        (reader, query, k)).fetchall()
-    got = raw.execute("select chunk_id, score from groundkit._search_pruned(%s, %s, %s, strategy => 'threshold')",
-                      (reader, query, k)).fetchall()
+    msgs: list[str] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        msgs.append(d.message_primary or "")
+
+    raw.add_notice_handler(keep)
+    try:
+        raw.execute("set client_min_messages = debug")
+        got = raw.execute("select chunk_id, score from groundkit._search_pruned(%s, %s, %s, strategy => 'threshold')",
+                          (reader, query, k)).fetchall()
+    finally:
+        raw.execute("set client_min_messages = notice")
+        raw.remove_notice_handler(keep)
+    if looked_up is not None:
+        for m in msgs:
+            found = re.fullmatch(
+                r"groundkit pruned: threshold term bits of \S+ leave (\d+) of (\d+) candidates to look up", m)
+            if found:
+                looked_up.append((int(found.group(1)), int(found.group(2))))
     assert [round(s, 9) for _c, s in got] == [round(s, 9) for _c, s in want], f"{reader} {query!r}"
     return [(int(c), float(s)) for c, s in got]
 
 
 def _corpus(gk: Groundkit) -> None:
-    # 'stone' is common (probed); 'granite' and 'basalt' rare (read), the best chunks hold both
+    # 'stone' is common (probed) but in fewer than half the chunks (else no bits are used);
+    # 'granite' and 'basalt' rare (read); the best chunks hold both
+    for i in range(200):
+        gk.put_object(f"other{i}", 1, "board_post", "open", "T0", "", "other filler words " * (1 + i % 2))
     for i in range(120):
         gk.put_object(f"common{i}", 1, "board_post", "open", "T0", "", "stone filler words " * (1 + i % 3))
     for i in range(25):
@@ -60,9 +83,14 @@ def test_term_bits_are_the_postings_and_search_stays_exact(community: Groundkit,
     gk.analyze_postings(min_postings=1)
     assert _bits_match_postings(raw) > 0
     w_max = raw.execute("select max(w_max) from groundkit.term_bits").fetchone()
-    assert w_max is not None and w_max[0] == raw.execute("select max(chunk_id) from groundkit.chunks").fetchone()[0]  # type: ignore[index]
-    before = {q: _exact(raw, r, q) for r in ("t0", "t3") for q in ("granite stone", "stone granite basalt")}
+    top = raw.execute("select max(chunk_id) from groundkit.chunks").fetchone()
+    assert w_max is not None and top is not None and w_max[0] == top[0]
+    steps: list[tuple[int, int]] = []
+    queries = ("granite stone", "stone granite basalt")
+    before = {q: _exact(raw, r, q, looked_up=steps) for r in ("t0", "t3") for q in queries}
     assert all(before.values())
+    # the bits were used, and spared lookups: some candidates do not hold 'stone'
+    assert steps and sum(a for a, _n in steps) < sum(n for _a, n in steps), steps
     # later writes: a chunk whose bits are set is deleted, new chunks lie above w_max, and one of
     # them holds 'stone' and 'granite' more often than any before it
     gk.delete_object("both1", 2)
@@ -71,10 +99,10 @@ def test_term_bits_are_the_postings_and_search_stays_exact(community: Groundkit,
     late = raw.execute("select chunk_id from groundkit.chunks where object_id = 'late'").fetchone()
     assert late is not None and late[0] > w_max[0]
     for reader in ("t0", "t3"):
-        for query in ("granite stone", "stone granite basalt"):
-            top = _exact(raw, reader, query)
+        for query in queries:
+            best = _exact(raw, reader, query)
             if query == "granite stone":
-                assert top[0][0] == late[0]
+                assert best[0][0] == late[0]
     assert _bits_match_postings(raw) > 0
 
 
@@ -139,4 +167,27 @@ def test_rebuild_and_set_tier_rank_keep_the_bits_right(community: Groundkit, raw
     gk.conn.execute("update groundkit.config set sketch_min_postings = 1")
     gk.rebuild()
     assert _bits_match_postings(raw) > 0
+    _exact(raw, "t0", "granite stone")
+
+
+def test_term_bits_wait_is_bounded_by_lock_timeout(community: Groundkit, dsn: str, raw: Raw) -> None:
+    """The wait for writers in flight is a lock's wait: lock_timeout ends it with 55P03, and the
+    bits made before stay as they were."""
+    gk = community
+    _corpus(gk)
+    gk.analyze_postings(min_postings=1)
+    before = raw.execute("select term, w_max from groundkit.term_bits order by 1").fetchall()
+    slow = psycopg.connect(dsn)
+    try:
+        slow.execute("select groundkit.put_object(object_id => 'slow', version => 1, content_type => 'board_post',"
+                     " space_id => 'open', tier_visibility => 'T0', title => '', body => 'granite stone')")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("set lock_timeout = '300ms'")
+            with pytest.raises(psycopg.errors.LockNotAvailable, match="lock_timeout"):
+                conn.execute("select groundkit.analyze_postings(min_postings => 1)")
+        slow.commit()
+    finally:
+        slow.close()
+    assert raw.execute("select term, w_max from groundkit.term_bits order by 1").fetchall() == before
+    _bits_match_postings(raw)
     _exact(raw, "t0", "granite stone")
