@@ -341,8 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"| {p50_p95_mean([r['sum_ms'] for r in rs], 2)} | {p50_p95_mean([r['complete_ms'] for r in rs], 2)} "
                   f"| {p50_p95_mean([r['all_ms'] for r in rs], 2)} | {p50_p95_mean(f, 2)} "
                   f"| {pct(s, 50) / pct(f, 50):.2f}x, {statistics.mean(s) / statistics.mean(f):.2f}x |\n")
-    out.write("\nWhat the floor reads and completes, p50 / p95 (us per lookup: completing less summing, over the "
-              "lookups; median of the queries that made at least 100):\n\n"
+    out.write("\nWhat the floor reads and completes, p50 / p95 (lookups: the probes made, after term bits spared "
+              "the rest; us per lookup: completing less summing, bit tests included, over the lookups; median "
+              "of the queries that made at least 100):\n\n"
               "| reader | postings read | candidates | lookups | us per lookup |\n|---|---|---|---|---|\n")
     for reader, rs in res.items():
         per = [1000 * (r["complete_ms"] - r["sum_ms"]) / r["probes"] for r in rs if r["probes"] >= 100]
