@@ -462,9 +462,11 @@ declare
     n_sk double precision;
     sk_keys bigint[];
     rest_keys bigint[];
-    -- term bits of a probed term
+    -- term bits of a probed term, and how many candidates a probe step looked up, of how many
     bm bigint[];
     bw bigint;
+    b_looked bigint;
+    b_cands bigint;
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -1054,7 +1056,7 @@ begin
                                coalesce(array_agg(z.known) filter (where z.known + rest >= thr_f), '{}'),
                                coalesce(array_agg(z.dl) filter (where z.known + rest >= thr_f), '{}'),
                                count(*) filter (where not z.absent), count(*)
-                          into c_ids, c_known, c_dl, n_one, n_new
+                          into c_ids, c_known, c_dl, b_looked, b_cands
                           from (select v.id, v.dl, y.absent,
                                        v.known + case when y.absent then 0
                                                       else coalesce((select t_ws[j] * pp.tf
@@ -1067,7 +1069,7 @@ begin
                                        select v.id <= bw and (bm[(v.id >> 6) + 1] >> (v.id & 63)::integer) & 1 = 0 as absent) y
                                 offset 0) z;
                         raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
-                            t_terms[j], n_one, n_new;
+                            t_terms[j], b_looked, b_cands;
                     elsif cardinality(c_ids)::double precision * 200 >= t_dfs[j] then
                         select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
                                coalesce(array_agg(z.dl), '{}')
