@@ -365,6 +365,15 @@ begin
             raise exception 'term bits: writers of chunks still in flight after lock_timeout (%)',
                 current_setting('lock_timeout') using errcode = 'lock_not_available';
         end if;
+        -- (and, like a lock wait, it ends a deadlock: a writer waited for that waits for this
+        -- transaction, say its own analyze_postings() queued behind this one's sketch lock)
+        if exists (select 1 from pg_catalog.pg_locks l
+                    where l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
+                      and l.virtualtransaction = any (holders)
+                      and pg_catalog.pg_backend_pid() = any (pg_catalog.pg_blocking_pids(l.pid))) then
+            raise exception 'term bits: a writer of chunks this waits for is waiting for this transaction'
+                using errcode = 'deadlock_detected';
+        end if;
         perform pg_catalog.pg_sleep(0.01);
         waited := waited + 1;
     end loop;

@@ -191,3 +191,41 @@ def test_term_bits_wait_is_bounded_by_lock_timeout(community: Groundkit, dsn: st
     assert raw.execute("select term, w_max from groundkit.term_bits order by 1").fetchall() == before
     _bits_match_postings(raw)
     _exact(raw, "t0", "granite stone")
+
+
+def test_term_bits_wait_ends_a_deadlock(community: Groundkit, dsn: str, raw: Raw) -> None:
+    """A writer in flight calls analyze_postings() itself while another analyze waits for it: the
+    writer queues behind the other's sketch lock, the other polls for the writer. The waiting
+    analyze ends that as a lock wait would (40P01), and the writer's own analyze then runs."""
+    gk = community
+    _corpus(gk)
+    writer = psycopg.connect(dsn)
+    try:
+        writer.execute("select groundkit.put_object(object_id => 'slow', version => 1, content_type => 'board_post',"
+                       " space_id => 'open', tier_visibility => 'T0', title => '', body => 'granite stone granite')")
+        outcome: dict[str, Any] = {}
+
+        def analyze() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                try:
+                    conn.execute("select groundkit.analyze_postings(min_postings => 1)")
+                    outcome["other"] = "done"
+                except psycopg.errors.DeadlockDetected:
+                    outcome["other"] = "deadlock"
+
+        t = threading.Thread(target=analyze)
+        t.start()
+        time.sleep(1.0)
+        assert t.is_alive()
+        writer.execute("set local lock_timeout = '20s'")
+        writer.execute("select groundkit.analyze_postings(min_postings => 1)")
+        writer.commit()
+        t.join(30)
+        assert not t.is_alive() and outcome == {"other": "deadlock"}
+    finally:
+        writer.close()
+    slow = raw.execute("select chunk_id from groundkit.chunks where object_id = 'slow'").fetchone()
+    assert slow is not None
+    assert raw.execute("select min(w_max) from groundkit.term_bits").fetchone() == slow
+    _bits_match_postings(raw)
+    assert _exact(raw, "t0", "granite stone")
