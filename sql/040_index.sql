@@ -339,6 +339,8 @@ declare
     i integer;
     waited integer := 0;
     started timestamptz := pg_catalog.clock_timestamp();
+    in_flight boolean;
+    cycle boolean;
 begin
     if not p_settled and current_setting('transaction_isolation') <> 'read committed' then
         raise exception 'term bits are made under READ COMMITTED only (this transaction is %)',
@@ -356,23 +358,25 @@ begin
                         and l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
                         and l.database = (select d.oid from pg_catalog.pg_database d where d.datname = current_database())
                         and l.pid is distinct from pg_catalog.pg_backend_pid());
-    -- (a wait like a lock's, and bounded like one: by lock_timeout when it is set)
-    while exists (select 1 from pg_catalog.pg_locks l
-                   where l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
-                     and l.virtualtransaction = any (holders)) loop
+    -- A wait like a lock's, and ended like one: by lock_timeout when it is set, and by a
+    -- deadlock (a writer waited for that waits for this transaction, say its own
+    -- analyze_postings() queued behind this one's sketch lock). One look at pg_locks a turn.
+    loop
+        select count(*) > 0,
+               coalesce(bool_or(pg_catalog.pg_backend_pid() = any (pg_catalog.pg_blocking_pids(l.pid))), false)
+          into in_flight, cycle
+          from pg_catalog.pg_locks l
+         where l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
+           and l.virtualtransaction = any (holders);
+        exit when not in_flight;
+        if cycle then
+            raise exception 'term bits: a writer of chunks this waits for is waiting for this transaction'
+                using errcode = 'deadlock_detected';
+        end if;
         if current_setting('lock_timeout')::interval > interval '0'
            and pg_catalog.clock_timestamp() - started > current_setting('lock_timeout')::interval then
             raise exception 'term bits: writers of chunks still in flight after lock_timeout (%)',
                 current_setting('lock_timeout') using errcode = 'lock_not_available';
-        end if;
-        -- (and, like a lock wait, it ends a deadlock: a writer waited for that waits for this
-        -- transaction, say its own analyze_postings() queued behind this one's sketch lock)
-        if exists (select 1 from pg_catalog.pg_locks l
-                    where l.locktype = 'relation' and l.relation = 'groundkit.chunks'::regclass
-                      and l.virtualtransaction = any (holders)
-                      and pg_catalog.pg_backend_pid() = any (pg_catalog.pg_blocking_pids(l.pid))) then
-            raise exception 'term bits: a writer of chunks this waits for is waiting for this transaction'
-                using errcode = 'deadlock_detected';
         end if;
         perform pg_catalog.pg_sleep(0.01);
         waited := waited + 1;

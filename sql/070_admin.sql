@@ -67,7 +67,7 @@ begin
     -- hold them and wait for the statistics this truncates (a deadlock); it finishes first
     lock table groundkit.postings_sketch in share row exclusive mode;
     truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
-             groundkit.scope_stats, groundkit.term_bits;
+             groundkit.scope_stats;
     -- The postings' indexes are dropped and built again after the load (one sort each instead of
     -- a btree insert per posting: 1.5x at 1M chunks, docs/bm25.md), from their own catalog
     -- definitions, in this transaction.
