@@ -467,6 +467,9 @@ declare
     bw bigint;
     b_looked bigint;
     b_cands bigint;
+    -- the first probed term when a joined read looks it up too (else null), and the rest after it
+    fused integer;
+    rest1 double precision;
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -620,6 +623,7 @@ begin
                 -- chunks would be too few again) and the postings between the new cuts and the
                 -- old ones cost less to look up than reading the ranges and probing again.
                 incr := false;
+                fused := null;
                 e_dcuts := null;
                 if e_thr is not null and guess >= e_thr and p_max < guess * (1 - 1e-9) then
                     thr_g := guess * (1 - 1e-9);
@@ -914,6 +918,22 @@ begin
                             raise debug 'groundkit pruned: threshold shares % D % of % postings, two passes', taus, n_one, n_big;
                         end if;
                     end if;
+                    -- A joined read (below) also looks up the first probed term (the largest
+                    -- maximum) when that term has bits and the probe steps would use them: the
+                    -- probe steps then start at the next term (docs/bm25.md, "The first probe
+                    -- inside the joined read").
+                    if joined and not merged and d_ids is null then
+                        fused := (select x.i from unnest(t_maxcs, probe) with ordinality as x(mc, pr, i)
+                                   where x.pr order by x.mc desc, x.i limit 1);
+                        bm := null;
+                        if fused is not null then
+                            select case when t_dfs[fused] < 0.5 * tb.w_max then tb.words end, tb.w_max into bm, bw
+                              from groundkit.term_bits tb where tb.term = t_terms[fused];
+                        end if;
+                        if bm is null then
+                            fused := null;
+                        end if;
+                    end if;
                     if d_ids is not null then
                         -- EXECUTE: planned with D as a constant, so that "= any" is a hashed filter
                         -- (chunk_id + 0: not an index condition, so the ranges are read in impact
@@ -980,29 +1000,50 @@ begin
                         -- rows, when a chunk needs both terms; about a third of the statement).
                         hi_a := (thr_f - p_max) / (t_ws[rd[1]] * mult) * (1 - 1e-9);
                         hi_b := (thr_f - p_max) / (t_ws[rd[2]] * mult) * (1 - 1e-9);
-                        select coalesce(array_agg(z.id) filter (where z.known + p_max >= thr_f), '{}'),
-                               coalesce(array_agg(z.known) filter (where z.known + p_max >= thr_f), '{}'),
-                               coalesce(array_agg(z.dl) filter (where z.known + p_max >= thr_f), '{}'),
+                        -- With a fused term, as in the probe steps: the chunks the read keeps are
+                        -- tested against its bits as the join emits them, looked up only where the
+                        -- bit is set, and dropped when their sum then falls below thr_f less the
+                        -- rest. Without one (null), the read alone.
+                        rest1 := p_max - coalesce(t_maxcs[fused], 0);
+                        select coalesce(array_agg(y.id) filter (where y.known + rest1 >= thr_f), '{}'),
+                               coalesce(array_agg(y.known) filter (where y.known + rest1 >= thr_f), '{}'),
+                               coalesce(array_agg(y.dl) filter (where y.known + rest1 >= thr_f), '{}'),
+                               count(*) filter (where y.kept and not y.absent), count(*) filter (where y.kept),
                                count(*)
-                          into c_ids, c_known, c_dl, n_read
-                          from (select coalesce(a.chunk_id, b.chunk_id) as id,
-                                       coalesce(a.doc_len, b.doc_len) as dl,
-                                       coalesce(t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
-                                       + coalesce(t_ws[rd[2]] * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
-                                           as known
-                                  from (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
-                                         where p.term = t_terms[rd[1]] and p.vis_key = any (buckets)
-                                           and p.imp >= cuts[rd[1]]) a
-                                  full join (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
-                                              where cardinality(rd) = 2 and p.term = t_terms[rd[2]]
-                                                and p.vis_key = any (buckets) and p.imp >= cuts[rd[2]]) b
-                                    on a.chunk_id = b.chunk_id
-                                 where (b.chunk_id is not null or a.imp >= hi_a)
-                                   and (a.chunk_id is not null or b.imp >= hi_b)
-                                offset 0) z;  -- (known computed once a row, not once per filter)
+                          into c_ids, c_known, c_dl, b_looked, b_cands, n_read
+                          from (select z.id, z.dl, z.kept, x.absent,
+                                       z.known + case when fused is null or not z.kept or x.absent then 0
+                                                      else coalesce((select t_ws[fused] * pp.tf
+                                                                            / (pp.tf + v_k1 * (1 - v_b + v_b * z.dl / v_avgdl))
+                                                                       from groundkit.postings pp
+                                                                      where pp.term = t_terms[fused] and pp.chunk_id = z.id), 0)
+                                                 end as known
+                                  from (select w.id, w.dl, w.known, w.known + p_max >= thr_f as kept
+                                          from (select coalesce(a.chunk_id, b.chunk_id) as id,
+                                                       coalesce(a.doc_len, b.doc_len) as dl,
+                                                       coalesce(t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
+                                                       + coalesce(t_ws[rd[2]] * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
+                                                           as known
+                                                  from (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
+                                                         where p.term = t_terms[rd[1]] and p.vis_key = any (buckets)
+                                                           and p.imp >= cuts[rd[1]]) a
+                                                  full join (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
+                                                              where cardinality(rd) = 2 and p.term = t_terms[rd[2]]
+                                                                and p.vis_key = any (buckets) and p.imp >= cuts[rd[2]]) b
+                                                    on a.chunk_id = b.chunk_id
+                                                 where (b.chunk_id is not null or a.imp >= hi_a)
+                                                   and (a.chunk_id is not null or b.imp >= hi_b)
+                                                offset 0) w) z  -- (known computed once a row)
+                                 cross join lateral (
+                                       select z.id <= bw and (bm[(z.id >> 6) + 1] >> (z.id & 63)::integer) & 1 = 0 as absent) x
+                                offset 0) y;
                         -- The chunks read, for "fewer than k" below: the rows dropped were read too.
                         n_read := greatest(n_read, n_long);
                         raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
+                        if fused is not null then
+                            raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
+                                t_terms[fused], b_looked, b_cands;
+                        end if;
                     else
                         with q as (
                             select x.term, x.w, x.cut
@@ -1028,7 +1069,8 @@ begin
                         guess, final, cuts, ns, probe, cardinality(c_ids);
                     e_reads := n_big;
                     e_counted := (select coalesce(sum(least(x.n, 40000)), 0) from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
-                    e_cand := cardinality(c_ids);
+                    -- (the candidates the read gave, before any probe)
+                    e_cand := case when fused is not null then b_cands else cardinality(c_ids) end;
                 end if;
                 -- (The candidates' arrays are unnested in select lists, in step: a set-returning
                 -- function in FROM puts every row in a tuplestore first, ~0.08 us a row and array
@@ -1038,6 +1080,7 @@ begin
                           where x.pr order by x.mc desc, x.i loop
                     exit when cardinality(c_ids) = 0;
                     rest := rest - t_maxcs[j];
+                    continue when j = fused;  -- (looked up by the joined read)
                     -- (a term's bits, when it has them and fewer than half the chunks hold it)
                     bm := null;
                     select case when t_dfs[j] < 0.5 * tb.w_max then tb.words end, tb.w_max into bm, bw
