@@ -682,12 +682,16 @@ begin
                         select z.n, z.keys into n_sk, sk_keys
                           from groundkit._sketched_size(t_terms[j], cuts[j], buckets) z;
                         if cardinality(sk_keys) > 0 then
-                            -- (the reader's other lists counted, as below)
+                            -- (the reader's other lists counted, as below, up to 40,000 postings
+                            -- with the sketched ones: none when those reach it. A range that long
+                            -- is long; its exact size steers no choice the sketched part has not
+                            -- made, and a broad reader's private boards hold thousands of a common
+                            -- term's postings: docs/bm25.md, "Range counts stop at 40,000")
                             rest_keys := array(select b from unnest(buckets) as b where b <> all (sk_keys));
                             select count(*) into n_one
                               from (select 1 from groundkit.postings p
                                      where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= cuts[j]
-                                     limit 40000) x;
+                                     limit greatest(0, 40000 - least(ceil(n_sk), 40000))::bigint) x;
                             k_cuts[j] := null;
                             k_ns[j] := null;
                             ns[j] := n_sk + n_one;
@@ -897,7 +901,7 @@ begin
                                 select count(*) into n_one
                                   from (select 1 from groundkit.postings p
                                          where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= d_cut
-                                         limit floor(n_big / 5)::bigint + 1) x;
+                                         limit greatest(0, floor(n_big / 5) + 1 - est_d - coalesce(ceil(n_sk), 0))::bigint) x;
                                 est_d := est_d + coalesce(n_sk, 0) + n_one;
                                 exit when est_d > n_big / 5;
                             end loop;
