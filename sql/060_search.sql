@@ -352,6 +352,7 @@ returns table (chunk_id bigint, score double precision)
 language plpgsql stable
 rows 10
 set search_path = pg_catalog, pg_temp
+set plan_cache_mode = auto
 as $$
 #variable_conflict use_column
 declare
@@ -1266,6 +1267,12 @@ begin
         return;
     end if;
 
+    -- The pruned rounds' statements with generic plans, planned once per session: with custom
+    -- plans (what auto keeps choosing for them, their generic costs being estimated high)
+    -- planning was about a third of a one-term query (docs/bm25.md, "Generic plans for the
+    -- pruned rounds"). Local to this call: the function's own plan_cache_mode clause restores
+    -- the setting when it returns.
+    perform set_config('plan_cache_mode', 'force_generic_plan', true);
     -- start_depth is for tests: 1 forces many rounds on a small corpus.
     depths := array_fill(greatest(1, coalesce(_search_pruned.start_depth, greatest(64, 4 * _search_pruned.k))),
                          array[cardinality(terms)]);

@@ -23,14 +23,15 @@ from groundkit import ContentObject, Groundkit
 Raw = psycopg.Connection[tuple[Any, ...]]
 
 
-def _plans(raw: Raw, stmt: str, params: tuple[Any, ...]) -> list[str]:
-    """The plans auto_explain logs for stmt and every statement it runs."""
+def _plans(raw: Raw, stmt: str, params: tuple[Any, ...], verbose: bool = False) -> list[str]:
+    """The plans auto_explain logs for stmt and every statement it runs (verbose: with each
+    node's expressions, such as a function scan's call and its arguments)."""
     notices: list[str] = []
     raw.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
     raw.execute("load 'auto_explain'")
     for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_nested_statements = on",
                     "auto_explain.log_level = notice", "auto_explain.log_analyze = on",
-                    "auto_explain.log_timing = off"):
+                    "auto_explain.log_timing = off", f"auto_explain.log_verbose = {'on' if verbose else 'off'}"):
         raw.execute("set " + setting)
     try:
         raw.execute(stmt, params).fetchall()
@@ -179,3 +180,36 @@ def test_parallel_pieces_see_the_transaction_s_own_writes(community: Groundkit, 
             " '{0,0,0}', '{1,2,3}', %s::bigint[]) r", ([(lo + hi) // 2],)).fetchone()
         assert fresh is not None and row is not None and fresh[0] in row[0] and len(row[0]) == 401
         conn.rollback()
+
+
+def test_one_term_rounds_plan_generically_and_leave_the_setting_alone(community: Groundkit, raw: Raw) -> None:
+    """The pruned rounds (one-term queries) run their statements with generic plans, planned
+    once per session (docs/bm25.md, "Generic plans for the pruned rounds"), whatever the
+    caller's plan_cache_mode; the caller's setting is the same after the call, in a transaction
+    or not, and the other strategies plan as it says."""
+    gk = community
+    gk.put_objects([ContentObject(object_id=f"g{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body=f"granite ledge{i % 7} quarry")
+                    for i in range(60)])
+    expected = raw.execute("select * from groundkit._search_exhaustive('t3', 'granite', 10)").fetchall()
+    assert len(expected) == 10
+    raw.execute("set plan_cache_mode = force_custom_plan")
+    call = "select * from groundkit._search_pruned('t3', 'granite', 10, null, null, null, 'rounds')"
+    plans = _plans(raw, call, (), verbose=True)
+    rounds = [p for p in plans if "lists as (" in p]
+    assert rounds, plans
+    # a generic plan has the function's variables as parameters; a custom one, their values
+    assert all("Function Call: unnest($" in p and "{granit}" not in p for p in rounds), rounds
+    # (the threshold rounds, here in the caller's mode: custom plans, the values written in)
+    plans = _plans(raw, "select * from groundkit._search_pruned('t3', 'granite quarry', 10, null, null, null,"
+                        " 'threshold')", (), verbose=True)
+    prologue = [p for p in plans if "mx as (" in p]
+    assert prologue and all("Function Call: unnest('{" in p for p in prologue), prologue
+    assert raw.execute("show plan_cache_mode").fetchone() == ("force_custom_plan",)
+    with raw.transaction():
+        assert raw.execute(call).fetchall() == expected
+        assert raw.execute("show plan_cache_mode").fetchone() == ("force_custom_plan",)
+    assert raw.execute("show plan_cache_mode").fetchone() == ("force_custom_plan",)
+    raw.execute("reset plan_cache_mode")
+    assert raw.execute(call).fetchall() == expected
+    assert raw.execute("show plan_cache_mode").fetchone() == ("auto",)
