@@ -1024,14 +1024,22 @@ begin
                                                                       where pp.term = t_terms[fused] and pp.chunk_id = z.id), 0)
                                                  end as known
                                   from (select w.id, w.dl, w.known, w.known + p_max >= thr_f as kept
-                                          from (select coalesce(a.chunk_id, b.chunk_id) as id,
+                                          from (select a.chunk_id as id, a.doc_len as dl,
+                                                       t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl))
+                                                           as known
+                                                  from groundkit.postings a
+                                                 where cardinality(rd) = 1 and a.term = t_terms[rd[1]]
+                                                   and a.vis_key = any (buckets) and a.imp >= cuts[rd[1]]
+                                                   and a.imp >= hi_a
+                                                union all
+                                                select coalesce(a.chunk_id, b.chunk_id) as id,
                                                        coalesce(a.doc_len, b.doc_len) as dl,
                                                        coalesce(t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
                                                        + coalesce(t_ws[rd[2]] * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
                                                            as known
                                                   from (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
-                                                         where p.term = t_terms[rd[1]] and p.vis_key = any (buckets)
-                                                           and p.imp >= cuts[rd[1]]) a
+                                                         where cardinality(rd) = 2 and p.term = t_terms[rd[1]]
+                                                           and p.vis_key = any (buckets) and p.imp >= cuts[rd[1]]) a
                                                   full join (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
                                                               where cardinality(rd) = 2 and p.term = t_terms[rd[2]]
                                                                 and p.vis_key = any (buckets) and p.imp >= cuts[rd[2]]) b
