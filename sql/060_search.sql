@@ -1005,6 +1005,9 @@ begin
                         -- rows, when a chunk needs both terms; about a third of the statement).
                         hi_a := (thr_f - p_max) / (t_ws[rd[1]] * mult) * (1 - 1e-9);
                         hi_b := (thr_f - p_max) / (t_ws[rd[2]] * mult) * (1 - 1e-9);
+                        -- (One range alone is read without the join: the first branch of the union
+                        -- below; each branch runs behind a one-time filter on the number of read
+                        -- terms, docs/bm25.md.)
                         -- With a fused term, as in the probe steps: the chunks the read keeps are
                         -- tested against its bits as the join emits them, looked up only where the
                         -- bit is set, and dropped when their sum then falls below thr_f less the
