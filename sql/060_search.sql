@@ -468,6 +468,8 @@ declare
     bw bigint;
     b_looked bigint;
     b_cands bigint;
+    -- how many of the best chunks at the lists' tops are scored for x_lb
+    x_cands integer;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
     rest1 double precision;
@@ -546,6 +548,13 @@ begin
             -- start_depth deep, for tests; 0: none, and x_lb is -infinity), scored exactly,
             -- checked against the live predicate best-first (the k-th visible score, or
             -- -infinity). docs/bm25.md, "Maxima from one posting, and x_lb for two terms".
+            -- The best 4k chunks are scored, or 8k for three terms or more whose lists hold
+            -- 100,000 shared postings or more: there a final round at x_lb reads long lists
+            -- whole, and a higher x_lb saves more than 4k more lookups cost (docs/bm25.md,
+            -- "More chunks for x_lb over long lists").
+            x_cands := _search_pruned.k
+                       * case when cardinality(terms) >= 3 and (select sum(d) from unnest(dfs) as d) >= 100000
+                              then 8 else 4 end;
             with q as (
                 select u.term, u.w, u.df from unnest(terms, ws, dfs) as u(term, w, df)
             ),
@@ -577,7 +586,7 @@ begin
                   from p
                  group by p.chunk_id
                  order by sum(p.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) desc
-                 limit 4 * _search_pruned.k
+                 limit x_cands
             ),
             scored as (
                 select c.chunk_id,
