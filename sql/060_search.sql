@@ -185,6 +185,21 @@ as $$
      where s.term = p_term and s.vis_key = any (p_buckets)
 $$;
 
+-- The term bits a threshold round's probe of term uses (docs/bm25.md, "Term bits"): its words
+-- and w_max when it has bits and fewer than half the chunks hold it (p_df, the reader's
+-- document frequency, below w_max / 2); else null words (w_max as stored, or no row). One
+-- place for that rule, used by the probe steps and by the joined read that does the first probe.
+-- Without `set search_path`, like groundkit._visible_chunk and for the same reason: inlined, it
+-- is a plain index lookup in the caller's statement, not a function call per probe step.
+create or replace function groundkit._probe_bits(p_term text, p_df double precision)
+returns table (words bigint[], w_max bigint)
+language sql stable
+as $$
+    select case when p_df < 0.5 * tb.w_max then tb.words end, tb.w_max
+      from groundkit.term_bits tb
+     where tb.term = p_term
+$$;
+
 -- The postings of term for the chunk ids (sorted or not), in chunk-id order: one scan of the
 -- primary key, which walks the ids several to a leaf page (the threshold rounds' dense probes).
 -- Its own function for the planner setting. A plan cached for any array (plpgsql and SQL
@@ -941,8 +956,7 @@ begin
                                    where x.pr order by x.mc desc, x.i limit 1);
                         bm := null;
                         if fused is not null then
-                            select case when t_dfs[fused] < 0.5 * tb.w_max then tb.words end, tb.w_max into bm, bw
-                              from groundkit.term_bits tb where tb.term = t_terms[fused];
+                            select b.words, b.w_max into bm, bw from groundkit._probe_bits(t_terms[fused], t_dfs[fused]) b;
                         end if;
                         if bm is null then
                             fused := null;
@@ -1108,8 +1122,7 @@ begin
                     continue when j = fused;  -- (looked up by the joined read)
                     -- (a term's bits, when it has them and fewer than half the chunks hold it)
                     bm := null;
-                    select case when t_dfs[j] < 0.5 * tb.w_max then tb.words end, tb.w_max into bm, bw
-                      from groundkit.term_bits tb where tb.term = t_terms[j];
+                    select b.words, b.w_max into bm, bw from groundkit._probe_bits(t_terms[j], t_dfs[j]) b;
                     -- Two ways to look t up for every candidate (the same values). Candidates dense
                     -- in t's list (at least one per 200 of its postings): one primary-key scan for
                     -- them all (= any walks the sorted ids, several to a leaf page), joined to them
