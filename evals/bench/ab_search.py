@@ -32,7 +32,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_search import READERS, log, pct, sample_for_queries
+from bench_search import READERS, kept_database_args, log, pct, sample_for_queries
 from corpus import Corpus, Obj
 from sqlsource import function_source
 
@@ -71,11 +71,7 @@ def bench_queries(n_chunks: int, n_queries: int, seed: int) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
-    ap.add_argument("--chunks", type=int, default=100_000)
-    ap.add_argument("--queries", type=int, default=150)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--k", type=int, default=10)
+    kept_database_args(ap, queries=150)
     ap.add_argument("--warm-up", type=int, default=30)
     ap.add_argument("--baseline-rev", required=True, help="git revision whose _search_pruned is the baseline")
     ap.add_argument("--repeat", type=int, default=1,

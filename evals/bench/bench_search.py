@@ -75,6 +75,16 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def kept_database_args(ap: argparse.ArgumentParser, chunks: int = 100_000, queries: int = 100) -> None:
+    """The arguments every script that works on a kept benchmark database shares: the server,
+    which database (by its size), and the queries bench_search.py ran there."""
+    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
+    ap.add_argument("--chunks", type=int, default=chunks)
+    ap.add_argument("--queries", type=int, default=queries)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--k", type=int, default=10)
+
+
 def sample_for_queries(obj: Obj, sample: list[Obj]) -> None:
     """Queries are drawn from every 97th object loaded (at most 5,000): the rule ab_search.py
     replays to regenerate the same queries."""

@@ -30,7 +30,7 @@ from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
-from bench_search import log, pct
+from bench_search import kept_database_args, log, pct
 
 SETTINGS = (0, 2)
 SEARCH = "select object_id, chunk_seq from groundkit.search(%s, %s, %s)"
@@ -83,11 +83,7 @@ def one_round(dsn: str, queries: Sequence[str], reader: str, k: int, clients: in
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
-    ap.add_argument("--chunks", type=int, default=1_000_000)
-    ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--k", type=int, default=10)
+    kept_database_args(ap, chunks=1_000_000)
     ap.add_argument("--reader", default="r100", help="r100, r50 or r5 (bench_search.py's readers)")
     ap.add_argument("--clients", default="1,2,4", help="comma-separated numbers of concurrent connections")
     ap.add_argument("--rounds", type=int, default=2, help="rounds per setting, alternating which goes first")

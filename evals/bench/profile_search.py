@@ -30,7 +30,7 @@ from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
-from bench_search import READERS, log
+from bench_search import READERS, kept_database_args, log
 
 import groundkit
 
@@ -60,11 +60,7 @@ def statement_key(text: str, words: int) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
-    ap.add_argument("--chunks", type=int, default=100_000)
-    ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--k", type=int, default=10)
+    kept_database_args(ap)
     ap.add_argument("--reader", choices=sorted(READERS), default="r100")
     ap.add_argument("--min-terms", type=int, default=2)
     ap.add_argument("--max-terms", type=int, default=6)

@@ -50,7 +50,7 @@ from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
-from bench_search import READERS, log, p50_p95_mean, pct, tantivy_index, tantivy_time
+from bench_search import READERS, kept_database_args, log, p50_p95_mean, pct, tantivy_index, tantivy_time
 from corpus import Corpus
 
 import groundkit
@@ -291,11 +291,7 @@ def floor(conn: psycopg.Connection[Any], reader: str, query: str, k: int, repeat
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
-    ap.add_argument("--chunks", type=int, default=100_000)
-    ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--k", type=int, default=10)
+    kept_database_args(ap)
     ap.add_argument("--repeat", type=int, default=3, help="timed runs per arm and query; the fastest counts")
     ap.add_argument("--warm-up", type=int, default=30)
     ap.add_argument("--no-tantivy", action="store_true", help="skip building tantivy's index and timing it")
