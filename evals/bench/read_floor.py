@@ -146,8 +146,7 @@ begin
         rest := rest - maxcs[j];
         -- (term bits, as the search uses them: only the chunks holding the term are looked up)
         bm := null;
-        select case when dfs[j] < 0.5 * tb.w_max then tb.words end, tb.w_max into bm, bw
-          from groundkit.term_bits tb where tb.term = terms[j];
+        select b.words, b.w_max into bm, bw from groundkit._probe_bits(terms[j], dfs[j]) b;
         if bm is not null then
             select coalesce(array_agg(z.id) filter (where z.known + rest >= theta), '{}'),
                    coalesce(array_agg(z.known) filter (where z.known + rest >= theta), '{}'),
