@@ -320,6 +320,60 @@ $$;
 -- The signature before the strategy argument (an overload would make calls ambiguous).
 drop function if exists groundkit._search_pruned(text, text, integer, text[], text[], integer);
 
+-- x_lb of the threshold rounds: a lower bound on the k-th score of the reader's answer, from
+-- real chunks. The best chunks by their partial sums among the top depth postings of every list
+-- the reader may read (cands of them) are scored exactly, by primary-key lookups, and checked
+-- against the live predicate best-first; the k-th visible score, or -infinity if fewer than k
+-- are visible (or depth or cands is 0: then no list is read). docs/bm25.md, "The threshold
+-- rounds", "x_lb when a round needs it". One SELECT, with no SET clause, so that it is inlined
+-- into the statement that reads it: a call of its own measured about 3 % slower on two-term
+-- queries. As for _visible_chunk, every relation is schema-qualified, it is called only from
+-- _search_pruned, which pins search_path = pg_catalog, pg_temp, and PUBLIC may not execute it
+-- (sql/090_roles.sql).
+create or replace function groundkit._top_lb(
+    p_terms text[], p_ws double precision[], p_buckets bigint[], p_depth integer, p_cands integer,
+    p_k1 double precision, p_b double precision, p_avgdl double precision,
+    p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer)
+returns table (lb double precision)
+language sql stable
+as $$
+    with q as (
+        select u.term, u.w from unnest(p_terms, p_ws) as u(term, w)
+    ),
+    p as (
+        select q.term, q.w, x.chunk_id, x.tf, x.doc_len
+          from q
+         cross join unnest(p_buckets) as b(vk)
+         cross join lateral (
+               select p.chunk_id, p.tf, p.doc_len
+                 from groundkit.postings p
+                where p.term = q.term and p.vis_key = b.vk
+                order by p.imp desc
+                limit greatest(0, p_depth)) x
+    ),
+    cand as (
+        select p.chunk_id, max(p.doc_len) as dl
+          from p
+         group by p.chunk_id
+         order by sum(p.w * p.tf / (p.tf + p_k1 * (1 - p_b + p_b * p.doc_len / p_avgdl))) desc
+         limit p_cands
+    ),
+    scored as (
+        select c.chunk_id,
+               sum(q.w * pp.tf / (pp.tf + p_k1 * (1 - p_b + p_b * c.dl / p_avgdl))) as score
+          from cand c
+         cross join q
+          join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
+         group by c.chunk_id
+    )
+    select case when count(*) >= p_k then min(z.score) else '-infinity' end
+      from (select s.score
+              from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+             where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
+                                                                  p_content_types, p_space_ids))
+             limit p_k) z
+$$;
+
 -- Exact top-k BM25 over the reader's postings lists, by one of three exact strategies
 -- (docs/bm25.md, "Three strategies"): the scan, the threshold rounds, the pruned rounds.
 --
@@ -485,6 +539,9 @@ declare
     b_cands bigint;
     -- how many of the best chunks at the lists' tops are scored for x_lb
     x_cands integer;
+    -- how deep the lists' tops are read for x_lb, and whether that is still to be done
+    x_depth integer;
+    x_pending boolean;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
     rest1 double precision;
@@ -554,38 +611,32 @@ begin
     if v_strategy = 'threshold' then
         <<threshold>>
         begin
-            -- One statement reads the top postings of every list the reader may read and gives:
-            -- the terms by their largest possible contribution to a chunk the reader may see
-            -- (the top impact of each of the reader's lists, one posting each), smallest first;
-            -- and x_lb, a lower bound on the final k-th score, from real chunks: the best by
-            -- their partial sums among the lists' top postings (64 or 4k deep; for two terms,
-            -- whose first guess is 0.9 of both maxima and seldom x_lb, 2k and at least 16;
-            -- start_depth deep, for tests; 0: none, and x_lb is -infinity), scored exactly,
-            -- checked against the live predicate best-first (the k-th visible score, or
-            -- -infinity). docs/bm25.md, "Maxima from one posting, and x_lb for two terms".
-            -- The best 4k chunks are scored, or 8k for three terms or more whose lists hold
-            -- 100,000 shared postings or more: there a final round at x_lb reads long lists
-            -- whole, and a higher x_lb saves more than 4k more lookups cost (docs/bm25.md,
-            -- "More chunks for x_lb over long lists").
+            -- x_lb, a lower bound on the final k-th score, from real chunks (groundkit._top_lb):
+            -- the best chunks by their partial sums among the lists' top postings, scored
+            -- exactly, checked against the live predicate best-first. How deep: 64 or 4k
+            -- postings a list; for two terms, whose first guess is 0.9 of both maxima and
+            -- seldom x_lb, 2k and at least 16; start_depth deep, for tests (0: none, and x_lb
+            -- stays -infinity). How many: the best 4k, or 8k for three terms or more whose lists
+            -- hold 100,000 shared postings or more, where a final round at x_lb reads long lists
+            -- whole and a higher x_lb saves more than 4k more lookups cost (docs/bm25.md, "Maxima
+            -- from one posting, and x_lb for two terms", "More chunks for x_lb over long lists").
+            -- When: at once for two terms, where x_lb is sometimes above the first guess and
+            -- then ends the search in one round; for three terms or more only when a round needs
+            -- it (a commitment to the final round, or a round that failed with fewer than k
+            -- visible chunks kept), and until then it is -infinity, a valid lower bound: there
+            -- it cost more than it saved (docs/bm25.md, "x_lb when a round needs it").
             x_cands := _search_pruned.k
                        * case when cardinality(terms) >= 3 and (select sum(d) from unnest(dfs) as d) >= 100000
                               then 8 else 4 end;
+            x_depth := greatest(0, coalesce(_search_pruned.start_depth,
+                                            case when cardinality(terms) = 2 then greatest(16, 2 * _search_pruned.k)
+                                                 else greatest(64, 4 * _search_pruned.k) end));
+            x_pending := cardinality(terms) >= 3 and x_depth > 0;
+            -- The terms by their largest possible contribution to a chunk the reader may see
+            -- (the top impact of each of the reader's lists, one posting each), smallest first; and
+            -- x_lb, unless it waits.
             with q as (
                 select u.term, u.w, u.df from unnest(terms, ws, dfs) as u(term, w, df)
-            ),
-            p as (
-                select q.term, q.w, x.chunk_id, x.tf, x.doc_len, x.imp
-                  from q
-                 cross join unnest(buckets) as b(vk)
-                 cross join lateral (
-                       select p.chunk_id, p.tf, p.doc_len, p.imp
-                         from groundkit.postings p
-                        where p.term = q.term and p.vis_key = b.vk
-                        order by p.imp desc
-                        limit greatest(0, coalesce(_search_pruned.start_depth,
-                                                   case when cardinality(terms) = 2
-                                                        then greatest(16, 2 * _search_pruned.k)
-                                                        else greatest(64, 4 * _search_pruned.k) end))) x
             ),
             mx as (
                 select q.term, q.w, q.df, q.w * least(1.0, coalesce(max(t.imp), 0) * mult) as maxc
@@ -595,34 +646,14 @@ begin
                                       where p.term = q.term and p.vis_key = b.vk
                                       order by p.imp desc limit 1) t on true
                  group by q.term, q.w, q.df
-            ),
-            cand as (
-                select p.chunk_id, max(p.doc_len) as dl
-                  from p
-                 group by p.chunk_id
-                 order by sum(p.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) desc
-                 limit x_cands
-            ),
-            scored as (
-                select c.chunk_id,
-                       sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * c.dl / v_avgdl))) as score
-                  from cand c
-                 cross join q
-                  join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
-                 group by c.chunk_id
-            ),
-            lb as (
-                select case when count(*) >= _search_pruned.k then min(z.score) else '-infinity' end as x_lb
-                  from (select s.score
-                          from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
-                         where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
-                                                                              _search_pruned.content_types,
-                                                                              _search_pruned.space_ids))
-                         limit _search_pruned.k) z
             )
             select array_agg(mx.term order by mx.maxc, mx.term), array_agg(mx.w order by mx.maxc, mx.term),
                    array_agg(mx.maxc order by mx.maxc, mx.term), array_agg(mx.df order by mx.maxc, mx.term),
-                   (select lb.x_lb from lb)
+                   (select t.lb from groundkit._top_lb(terms, ws, buckets, x_depth,
+                                                       case when x_pending then 0 else x_cands end,
+                                                       v_k1, v_b, v_avgdl, v_rank, v_member,
+                                                       _search_pruned.content_types, _search_pruned.space_ids,
+                                                       _search_pruned.k) t)
               into t_terms, t_ws, t_maxcs, t_dfs, x_lb
               from mx;
             nt := cardinality(t_terms);
@@ -804,8 +835,16 @@ begin
                     p_max := best_p_max;
                     n_left := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
                     -- A round that reads half of everything costs about what a round at x_lb costs,
-                    -- and that one cannot fail: commit to it.
+                    -- and that one cannot fail: commit to it (x_lb from the lists' tops first, if it
+                    -- is not known yet).
                     exit plan when final or n_left < 0.5 * full_n;
+                    if x_pending then
+                        select greatest(x_lb, t.lb) into x_lb
+                          from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
+                                                 _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
+                        x_pending := false;
+                        raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, for the final round', x_lb;
+                    end if;
                     final := true;
                     guess := x_lb;
                     if guess = '-infinity' then
@@ -1242,9 +1281,17 @@ begin
                 e_cuts := cuts;
                 e_thr := thr_f;
                 -- Too high. k visible kept values are a lower bound (they are lower bounds of real
-                -- scores); the next guess is that or 0.8 of this one.
+                -- scores); the next guess is that or 0.8 of this one. Without them, x_lb from the
+                -- lists' tops if it is not known yet.
                 if n_vis >= _search_pruned.k then
                     x_lb := greatest(x_lb, theta);
+                elsif x_pending then
+                    select greatest(x_lb, t.lb) into x_lb
+                      from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
+                                             _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
+                    x_pending := false;
+                    raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, after a round that kept % visible chunks',
+                        x_lb, n_vis;
                 end if;
                 guess := greatest(x_lb, 0.8 * guess);
                 if n_read < _search_pruned.k then

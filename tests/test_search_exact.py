@@ -478,6 +478,23 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
         and float(after.split("theta ")[1].split(" ")[0]) < float(before.split("guess ")[1].split(" ")[0])
     ]
     assert below, "no round was done below its guess"
+    # a final round cannot fail (its guess is a lower bound on the k-th score)
+    finals = [after for before, after in itertools.pairwise(messages)
+              if before.startswith("groundkit pruned: threshold guess") and "(final t)" in before]
+    assert finals and all(m.endswith("done t") for m in finals), finals
+    # x_lb waits for three terms or more until a round needs it: every such search starts
+    # without it; two-term searches score it at once; a commitment to the final round and a
+    # round that kept fewer than k visible chunks score it when it is still missing
+    # (docs/bm25.md, "x_lb when a round needs it")
+    starts = [m for m in messages if m.startswith("groundkit pruned: threshold terms ")]
+    n_terms = [len(m.split("terms {")[1].split("}")[0].split(",")) for m in starts]
+    first_x_lb = [float(m.split(" x_lb ")[1].split(" ")[0]) for m in starts]
+    assert 2 in n_terms and any(n >= 3 for n in n_terms)
+    assert all(x == -math.inf for n, x in zip(n_terms, first_x_lb, strict=True) if n >= 3)
+    assert any(math.isfinite(x) for n, x in zip(n_terms, first_x_lb, strict=True) if n == 2)
+    waited = [m for m in messages if m.startswith("groundkit pruned: threshold x_lb ")]
+    assert any(m.endswith(" for the final round") for m in waited), "x_lb never scored for a final round"
+    assert any(" after a round that kept " in m for m in waited), "x_lb never scored after a round short of k"
     # only a dozen chunks of one content type may be returned, all of them below hundreds of
     # better ones: no lower bound from the top of the lists, so the threshold rounds hand over to
     # the scan; still exactly k rows

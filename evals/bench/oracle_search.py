@@ -14,10 +14,11 @@ read from settings of the session:
 - ``groundkit.oracle_theta``: the first guess is just below this value (or x_lb, if higher)
   instead of 0.9 of the two largest of the terms' maxima. The script sets it to the k-th score
   ``_search_pruned`` returned for the same reader and query, so the first round is the one a
-  perfect guess would run. The result must not change (checked: both are exact).
+  perfect guess would run. The result must not change (checked: both are exact). (With three
+  terms or more, x_lb is not known yet at the first guess, so the perfect round runs without it.)
 - ``groundkit.oracle_arm = 'prologue'``: return (no rows) once the reader, the terms, the
-  statistics, the strategy and, for the threshold rounds, the lists' maxima and x_lb are known:
-  what every query pays before its first round.
+  statistics, the strategy and, for the threshold rounds, the lists' maxima (and, for two
+  terms, x_lb) are known: what every query pays before its first round.
 
 Every query runs through the three arms (search, oracle, prologue) back to back, alternating
 the order, fastest of --repeat runs per arm; with ``--scales 0.9,1.1`` also through the copy
