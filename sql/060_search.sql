@@ -544,6 +544,9 @@ declare
     x_pending boolean;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
+    -- w_max of each term's bits (null: none), and the probed term a joined read would look up
+    t_bw bigint[];
+    f_j integer;
     rest1 double precision;
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
@@ -649,12 +652,14 @@ begin
             )
             select array_agg(mx.term order by mx.maxc, mx.term), array_agg(mx.w order by mx.maxc, mx.term),
                    array_agg(mx.maxc order by mx.maxc, mx.term), array_agg(mx.df order by mx.maxc, mx.term),
+                   array_agg((select tb.w_max from groundkit.term_bits tb where tb.term = mx.term)
+                             order by mx.maxc, mx.term),
                    (select t.lb from groundkit._top_lb(terms, ws, buckets, x_depth,
                                                        case when x_pending then 0 else x_cands end,
                                                        v_k1, v_b, v_avgdl, v_rank, v_member,
                                                        _search_pruned.content_types, _search_pruned.space_ids,
                                                        _search_pruned.k) t)
-              into t_terms, t_ws, t_maxcs, t_dfs, x_lb
+              into t_terms, t_ws, t_maxcs, t_dfs, t_bw, x_lb
               from mx;
             nt := cardinality(t_terms);
             k_cuts := array_fill(null::double precision, array[nt]);
@@ -782,7 +787,9 @@ begin
                     -- Probed terms: the longest lists first, as long as the probed terms' maxima sum
                     -- below the guess (then every chunk reaching it holds a term that is read); of
                     -- those sets, the one of least estimated cost (a posting read ~0.8 us, a probe
-                    -- ~5 us per candidate and probed term). The candidates: every posting read, or
+                    -- ~5 us per candidate and probed term; for queries of two or three terms, the
+                    -- first probed term 0.3 + 10 df / w_max us when it has bits: docs/bm25.md,
+                    -- "Probes by bits in the choice of probed terms"). The candidates: every posting read, or
                     -- in the final round over whole lists an estimate (docs/bm25.md, "Candidates of
                     -- a final round"): there the others are far fewer, and a round that reads a
                     -- common list whole only to look up a rarer one's few chunks is the slowest kind.
@@ -791,6 +798,7 @@ begin
                     p_max := 0;
                     best_p_max := 0;
                     n_probe := 0;
+                    f_j := 0;
                     n_left := (select sum(x) from unnest(ns) as x);
                     best_cost := 0.8 * n_left;
                     -- (the final round over whole lists: every cut at or below 0)
@@ -800,6 +808,7 @@ begin
                             probe[j] := true;
                             p_max := p_max + t_maxcs[j];
                             n_probe := n_probe + 1;
+                            f_j := greatest(f_j, j);
                             n_left := n_left - ns[j];
                             n_cand := n_left;
                             if est_cand then
@@ -824,6 +833,15 @@ begin
                                      where not a.pr and not b.pr));
                             end if;
                             cost := 0.8 * n_left + 5 * n_probe * n_cand;
+                            -- (the probed term of largest maximum, when it has bits, is looked up only
+                            -- where its bit is set, in a joined read of one or two terms: 0.3 us a
+                            -- candidate for the bit test and the rest, and a lookup where the bit is
+                            -- set, taken as twice as likely as df / w_max says, since the candidates
+                            -- hold related words. Only for two or three terms: with more, cheaper
+                            -- probes made plans that probed more terms and kept more candidates)
+                            if nt <= 3 and nt - n_probe <= 2 and t_dfs[f_j] < 0.5 * t_bw[f_j] then
+                                cost := cost - greatest(0, 4.7 - 10 * t_dfs[f_j] / t_bw[f_j]) * n_cand;
+                            end if;
                             if cost < best_cost then
                                 best_cost := cost;
                                 best_probe := probe;
