@@ -188,7 +188,8 @@ $$;
 -- The term bits a threshold round's probe of term uses (docs/bm25.md, "Term bits"): its words
 -- and w_max when it has bits and fewer than half the chunks hold it (p_df, the reader's
 -- document frequency, below w_max / 2); else null words (w_max as stored, or no row). One
--- place for that rule, used by the probe steps and by the joined read that does the first probe.
+-- place for that rule, used by the probe steps, by the joined read that does the first probe,
+-- and by the choice of probed terms, which counts that probe's cost by it.
 -- Without `set search_path`, like groundkit._visible_chunk and for the same reason: inlined, it
 -- is a plain index lookup in the caller's statement, not a function call per probe step.
 create or replace function groundkit._probe_bits(p_term text, p_df double precision)
@@ -544,7 +545,8 @@ declare
     x_pending boolean;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
-    -- w_max of each term's bits (null: none), and the probed term a joined read would look up
+    -- w_max of each term's bits where a probe would use them (else null), and the probed term
+    -- a joined read would look up
     t_bw bigint[];
     f_j integer;
     rest1 double precision;
@@ -652,7 +654,7 @@ begin
             )
             select array_agg(mx.term order by mx.maxc, mx.term), array_agg(mx.w order by mx.maxc, mx.term),
                    array_agg(mx.maxc order by mx.maxc, mx.term), array_agg(mx.df order by mx.maxc, mx.term),
-                   array_agg((select tb.w_max from groundkit.term_bits tb where tb.term = mx.term)
+                   array_agg((select b.w_max from groundkit._probe_bits(mx.term, mx.df) b where b.words is not null)
                              order by mx.maxc, mx.term),
                    (select t.lb from groundkit._top_lb(terms, ws, buckets, x_depth,
                                                        case when x_pending then 0 else x_cands end,
@@ -839,7 +841,7 @@ begin
                             -- set, taken as twice as likely as df / w_max says, since the candidates
                             -- hold related words. Only for two or three terms: with more, cheaper
                             -- probes made plans that probed more terms and kept more candidates)
-                            if nt <= 3 and nt - n_probe <= 2 and t_dfs[f_j] < 0.5 * t_bw[f_j] then
+                            if nt <= 3 and nt - n_probe <= 2 and t_bw[f_j] is not null then
                                 cost := cost - greatest(0, 4.7 - 10 * t_dfs[f_j] / t_bw[f_j]) * n_cand;
                             end if;
                             if cost < best_cost then
