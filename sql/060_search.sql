@@ -545,6 +545,9 @@ declare
     x_pending boolean;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
+    -- an extension that reads one term (read like a round of one range), and the old cut it stops at
+    e_one boolean;
+    e_hi double precision;
     -- w_max of each term's bits where a probe would use them (else null), and the probed term
     -- a joined read would look up
     t_bw bigint[];
@@ -713,7 +716,8 @@ begin
                     -- every candidate; an extension reads the new postings and looks up the other read
                     -- terms for the chunks they hold (at most dn). ('extend', for tests: whenever it is
                     -- allowed.)
-                    incr := _search_pruned.strategy = 'extend'
+                    -- (not null when no strategy is named: it is negated below)
+                    incr := _search_pruned.strategy is not distinct from 'extend'
                             or (e_gap and dn < 20000
                                 and 5 * ((select count(*) from unnest(probe) as x where not x) - 1) * dn
                                     < 0.135 * e_counted + 0.8 * e_reads
@@ -875,7 +879,20 @@ begin
                 -- Read the ranges of the terms not probed, keep the candidates that can still reach
                 -- thr_f (<= thr_g: the others' values give the next guess a lower bound if this one
                 -- fails), then probe the probed terms for them, largest maximum first.
-                if incr then
+                -- An extension that reads one term: its new postings hold each chunk once, so they
+                -- are read like a round of one range (the joined read below, between the new cut
+                -- and the old one, e_hi), with no grouping, and the first probed term looked up
+                -- by its bits in the same statement (docs/bm25.md, "An extension of one range").
+                e_one := incr and (select count(*) from unnest(probe) as x(pr) where not x.pr) = 1;
+                e_hi := 'infinity';
+                if e_one then
+                    thr_f := e_thr;
+                    rd := array(select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr);
+                    e_hi := e_cuts[rd[1]];
+                    joined := true;
+                    merged := false;
+                    d_ids := null;
+                elsif incr then
                     -- The new candidates: chunks with a posting between a read term's new cut and
                     -- its old one, scored for every term read (the other read terms by lookups:
                     -- exact), then probed below like any candidate. Kept down to the last round's
@@ -1006,6 +1023,8 @@ begin
                             raise debug 'groundkit pruned: threshold shares % D % of % postings, two passes', taus, n_one, n_big;
                         end if;
                     end if;
+                end if;
+                if e_one or not incr then
                     -- A joined read (below) also looks up the first probed term (the largest
                     -- maximum) when that term has bits and the probe steps would use them: the
                     -- probe steps then start at the next term (docs/bm25.md, "The first probe
@@ -1100,7 +1119,7 @@ begin
                                coalesce(array_agg(y.dl) filter (where y.known + rest1 >= thr_f), '{}'),
                                count(*) filter (where y.kept and not y.absent), count(*) filter (where y.kept),
                                count(*)
-                          into c_ids, c_known, c_dl, b_looked, b_cands, n_read
+                          into c_ids, c_known, c_dl, b_looked, b_cands, n_new
                           from (select z.id, z.dl, z.kept, x.absent,
                                        z.known + case when fused is null or not z.kept or x.absent then 0
                                                       else coalesce((select t_ws[fused] * pp.tf
@@ -1115,7 +1134,7 @@ begin
                                                   from groundkit.postings a
                                                  where cardinality(rd) = 1 and a.term = t_terms[rd[1]]
                                                    and a.vis_key = any (buckets) and a.imp >= cuts[rd[1]]
-                                                   and a.imp >= hi_a
+                                                   and a.imp >= hi_a and a.imp < e_hi
                                                 union all
                                                 select coalesce(a.chunk_id, b.chunk_id) as id,
                                                        coalesce(a.doc_len, b.doc_len) as dl,
@@ -1136,8 +1155,14 @@ begin
                                        select z.id <= bw and (bm[(z.id >> 6) + 1] >> (z.id & 63)::integer) & 1 = 0 as absent) x
                                 offset 0) y;
                         -- The chunks read, for "fewer than k" below: the rows dropped were read too.
-                        n_read := greatest(n_read, n_long);
-                        raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
+                        -- (An extension's: the new postings, counted above.)
+                        if e_one then
+                            n_read := n_read + dn;
+                            raise debug 'groundkit pruned: threshold extends one range';
+                        else
+                            n_read := greatest(n_new, n_long);
+                            raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
+                        end if;
                         if fused is not null then
                             raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
                                 t_terms[fused], b_looked, b_cands;
@@ -1163,12 +1188,19 @@ begin
                           into c_ids, c_known, c_dl, n_read
                           from cand c;
                     end if;
-                    raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
-                        guess, final, cuts, ns, probe, cardinality(c_ids);
-                    e_reads := n_big;
-                    e_counted := (select coalesce(sum(least(x.n, 40000)), 0) from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
-                    -- (the candidates the read gave, before any probe)
-                    e_cand := case when fused is not null then b_cands else cardinality(c_ids) end;
+                    if e_one then
+                        e_reads := e_reads + dn;
+                        e_cand := e_cand + case when fused is not null then b_cands else cardinality(c_ids) end;
+                        raise debug 'groundkit pruned: threshold guess % (final %) cuts % extends the last round by % postings, % candidates',
+                            guess, final, cuts, dn, cardinality(c_ids);
+                    else
+                        raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
+                            guess, final, cuts, ns, probe, cardinality(c_ids);
+                        e_reads := n_big;
+                        e_counted := (select coalesce(sum(least(x.n, 40000)), 0) from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
+                        -- (the candidates the read gave, before any probe)
+                        e_cand := case when fused is not null then b_cands else cardinality(c_ids) end;
+                    end if;
                 end if;
                 -- (The candidates' arrays are unnested in select lists, in step: a set-returning
                 -- function in FROM puts every row in a tuplestore first, ~0.08 us a row and array

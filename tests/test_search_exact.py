@@ -447,6 +447,9 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     assert any("t" in m.split("probed ")[1].split(" ")[0] for m in new), "nothing probed"
     assert any(_cut_above_zero(m) for m in new), "no list read to a cut"
     assert any("extends the last round" in m for m in rounds), "no round extended the last one"
+    # extensions of one read term read it like a round of one range, the others group by chunk
+    ext_one = messages.count("groundkit pruned: threshold extends one range")
+    assert 0 < ext_one < sum("extends the last round" in m for m in rounds), "not both kinds of extension"
     # range counts: each range read to a positive cut is counted up to 40,000 postings; a cut
     # lower than where the last round counted it adds only the postings between the two
     counts = [m for m in messages if m.startswith("groundkit pruned: threshold counts")]
@@ -655,6 +658,33 @@ def test_sketched_range_sizes(community: Groundkit) -> None:
             fresh = raw.execute("select term, vis_key, n, imps from groundkit.postings_sketch order by 1, 2").fetchall()
             assert after == fresh and len(fresh) > 10, call
         assert {v for _t, v, _n, _i in fresh} == {0, 7}  # T3's lists moved to their new rank
+
+
+def test_automatic_threshold_rounds_are_exact(community: Groundkit) -> None:
+    """Without a strategy argument (what groundkit.search calls), on a Zipf-like corpus whose
+    common lists are long enough for the threshold rounds: searches of several rounds, a new
+    round after a failed one among them, each answer exact. (Every other threshold test names
+    its strategy; with none, a test of the argument is null, and a round whose extension test
+    came out null once read nothing and kept the last round's chunks.)"""
+    gk = community
+    queries = _zipf_corpus(gk, n=12_000)
+    messages: list[str] = []
+    several = 0
+    with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
+        raw.add_notice_handler(lambda d: messages.append(d.message_primary or ""))
+        for reader in ("t0", "t3"):
+            for query in queries:
+                for k in (1, 10):
+                    want = _rows(raw, "_search_exhaustive", reader, query, k)
+                    messages.clear()
+                    raw.execute("set client_min_messages = debug1")
+                    got = _rows(raw, "_search_pruned", reader, query, k)
+                    raw.execute("reset client_min_messages")
+                    _assert_same(got, want, f"auto {reader!r} {query!r} k={k}")
+                    new = [m for m in messages
+                           if m.startswith("groundkit pruned: threshold guess") and " range sizes " in m]
+                    several += len(new) >= 2
+    assert several, "no automatic search ran a new threshold round after a failed one"
 
 
 def test_threshold_round_done_below_its_guess(community: Groundkit) -> None:
