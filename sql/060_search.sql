@@ -548,6 +548,11 @@ declare
     -- an extension that reads one term (read like a round of one range), and the old cut it stops at
     e_one boolean;
     e_hi double precision;
+    -- the weights of the read terms of a joined read and of a probed term, as scalars: a
+    -- subscript in a statement is evaluated for every row
+    w_a double precision;
+    w_b double precision;
+    w_f double precision;
     -- w_max of each term's bits where a probe would use them (else null), and the probed term
     -- a joined read would look up
     t_bw bigint[];
@@ -1106,6 +1111,9 @@ begin
                         -- rows, when a chunk needs both terms; about a third of the statement).
                         hi_a := (thr_f - p_max) / (t_ws[rd[1]] * mult) * (1 - 1e-9);
                         hi_b := (thr_f - p_max) / (t_ws[rd[2]] * mult) * (1 - 1e-9);
+                        w_a := t_ws[rd[1]];
+                        w_b := t_ws[rd[2]];
+                        w_f := t_ws[fused];
                         -- (One range alone is read without the join: the first branch of the union
                         -- below; each branch runs behind a one-time filter on the number of read
                         -- terms, docs/bm25.md.)
@@ -1122,14 +1130,14 @@ begin
                           into c_ids, c_known, c_dl, b_looked, b_cands, n_new
                           from (select z.id, z.dl, z.kept, x.absent,
                                        z.known + case when fused is null or not z.kept or x.absent then 0
-                                                      else coalesce((select t_ws[fused] * pp.tf
+                                                      else coalesce((select w_f * pp.tf
                                                                             / (pp.tf + v_k1 * (1 - v_b + v_b * z.dl / v_avgdl))
                                                                        from groundkit.postings pp
                                                                       where pp.term = t_terms[fused] and pp.chunk_id = z.id), 0)
                                                  end as known
                                   from (select w.id, w.dl, w.known, w.known + p_max >= thr_f as kept
                                           from (select a.chunk_id as id, a.doc_len as dl,
-                                                       t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl))
+                                                       w_a * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl))
                                                            as known
                                                   from groundkit.postings a
                                                  where cardinality(rd) = 1 and a.term = t_terms[rd[1]]
@@ -1138,8 +1146,8 @@ begin
                                                 union all
                                                 select coalesce(a.chunk_id, b.chunk_id) as id,
                                                        coalesce(a.doc_len, b.doc_len) as dl,
-                                                       coalesce(t_ws[rd[1]] * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
-                                                       + coalesce(t_ws[rd[2]] * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
+                                                       coalesce(w_a * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
+                                                       + coalesce(w_b * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
                                                            as known
                                                   from (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
                                                          where cardinality(rd) = 2 and p.term = t_terms[rd[1]]
@@ -1213,6 +1221,7 @@ begin
                     continue when j = fused;  -- (looked up by the joined read)
                     -- (a term's bits, when it has them and fewer than half the chunks hold it)
                     bm := null;
+                    w_f := t_ws[j];
                     select b.words, b.w_max into bm, bw from groundkit._probe_bits(t_terms[j], t_dfs[j]) b;
                     -- Two ways to look t up for every candidate (the same values). Candidates dense
                     -- in t's list (at least one per 200 of its postings): one primary-key scan for
@@ -1231,7 +1240,7 @@ begin
                           into c_ids, c_known, c_dl, b_looked, b_cands
                           from (select v.id, v.dl, y.absent,
                                        v.known + case when y.absent then 0
-                                                      else coalesce((select t_ws[j] * pp.tf
+                                                      else coalesce((select w_f * pp.tf
                                                                             / (pp.tf + v_k1 * (1 - v_b + v_b * v.dl / v_avgdl))
                                                                        from groundkit.postings pp
                                                                       where pp.term = t_terms[j] and pp.chunk_id = v.id), 0)
@@ -1247,7 +1256,7 @@ begin
                                coalesce(array_agg(z.dl), '{}')
                           into c_ids, c_known, c_dl
                           from (select g.id, max(g.dl) as dl,
-                                       max(g.known) + coalesce(t_ws[j] * max(g.tf)
+                                       max(g.known) + coalesce(w_f * max(g.tf)
                                                                / (max(g.tf) + v_k1 * (1 - v_b + v_b * max(g.dl) / v_avgdl)),
                                                                0) as known
                                   from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl,
@@ -1262,7 +1271,7 @@ begin
                                coalesce(array_agg(z.dl), '{}')
                           into c_ids, c_known, c_dl
                           from (select u.id, u.dl,
-                                       u.known + coalesce(t_ws[j] * pp.tf
+                                       u.known + coalesce(w_f * pp.tf
                                                           / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl)), 0) as known
                                   from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl
                                          order by 1) u
