@@ -622,6 +622,12 @@ begin
              else 'threshold' end);
 
     if v_strategy = 'threshold' then
+        -- Generic plans, planned once per session, as for the pruned rounds below: auto kept
+        -- choosing custom plans for some of these statements, their generic costs being
+        -- estimated high (arrays of unknown length), and planned them at every call, with the
+        -- bits and candidates written into them (docs/bm25.md, "Generic plans for the threshold
+        -- rounds"). Back to auto (the function's own setting) for the scan.
+        perform set_config('plan_cache_mode', 'force_generic_plan', true);
         <<threshold>>
         begin
             -- x_lb, a lower bound on the final k-th score, from real chunks (groundkit._top_lb):
@@ -1367,6 +1373,7 @@ begin
                 end if;
             end loop;
         end;
+        perform set_config('plan_cache_mode', 'auto', true);
         v_strategy := 'scan';
     end if;
 

@@ -182,11 +182,12 @@ def test_parallel_pieces_see_the_transaction_s_own_writes(community: Groundkit, 
         conn.rollback()
 
 
-def test_one_term_rounds_plan_generically_and_leave_the_setting_alone(community: Groundkit, raw: Raw) -> None:
-    """The pruned rounds (one-term queries) run their statements with generic plans, planned
-    once per session (docs/bm25.md, "Generic plans for the pruned rounds"), whatever the
-    caller's plan_cache_mode; the caller's setting is the same after the call, in a transaction
-    or not, and the other strategies plan as it says."""
+def test_rounds_plan_generically_and_leave_the_setting_alone(community: Groundkit, raw: Raw) -> None:
+    """The pruned rounds (one-term queries) and the threshold rounds run their statements with
+    generic plans, planned once per session (docs/bm25.md, "Generic plans for the pruned rounds",
+    "Generic plans for the threshold rounds"), whatever the caller's plan_cache_mode; the
+    caller's setting is the same after the call, in a transaction or not, and the scan plans
+    under the function's own setting (auto: custom plans for its first calls)."""
     gk = community
     gk.put_objects([ContentObject(object_id=f"g{i}", version=1, content_type="board_post", space_id="open",
                                   tier_visibility="T0", title="", body=f"granite ledge{i % 7} quarry")
@@ -200,11 +201,16 @@ def test_one_term_rounds_plan_generically_and_leave_the_setting_alone(community:
     assert rounds, plans
     # a generic plan has the function's variables as parameters; a custom one, their values
     assert all("Function Call: unnest($" in p and "{granit}" not in p for p in rounds), rounds
-    # (the threshold rounds, here in the caller's mode: custom plans, the values written in)
+    # the threshold rounds too (docs/bm25.md, "Generic plans for the threshold rounds")
     plans = _plans(raw, "select * from groundkit._search_pruned('t3', 'granite quarry', 10, null, null, null,"
                         " 'threshold')", (), verbose=True)
     prologue = [p for p in plans if "mx as (" in p]
-    assert prologue and all("Function Call: unnest('{" in p for p in prologue), prologue
+    assert prologue and all("Function Call: unnest($" in p and "{granit" not in p for p in prologue), prologue
+    # (the scan, under the function's auto: custom plans at first, the values written in)
+    plans = _plans(raw, "select * from groundkit._search_pruned('t3', 'granite quarry', 10, null, null, null,"
+                        " 'scan')", (), verbose=True)
+    scan = [p for p in plans if "scored as materialized (" in p]
+    assert scan and all("Function Call: unnest('{" in p for p in scan), scan
     assert raw.execute("show plan_cache_mode").fetchone() == ("force_custom_plan",)
     with raw.transaction():
         assert raw.execute(call).fetchall() == expected
