@@ -894,11 +894,12 @@ begin
                 -- are read like a round of one range (the joined read below, between the new cut
                 -- and the old one, e_hi), with no grouping, and the first probed term looked up
                 -- by its bits in the same statement (docs/bm25.md, "An extension of one range").
-                e_one := incr and (select count(*) from unnest(probe) as x(pr) where not x.pr) = 1;
+                -- (rd: the read terms, by index)
+                rd := array(select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr order by x.i);
+                e_one := incr and cardinality(rd) = 1;
                 e_hi := 'infinity';
                 if e_one then
                     thr_f := e_thr;
-                    rd := array(select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr);
                     e_hi := e_cuts[rd[1]];
                     joined := true;
                     merged := false;
@@ -966,7 +967,6 @@ begin
                     d_ids := null;
                     taus := null;
                     est_d := null;
-                    rd := array(select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr order by x.i);
                     joined := cardinality(rd) <= 2;
                     -- Whole lists (every read term's cut at or below 0), long: read in chunk-id
                     -- order from the primary key and merged (docs/bm25.md, "How a round reads its
@@ -1115,11 +1115,11 @@ begin
                         -- its impact is below hi = (thr_f - p_max) / (w * mult): such rows are
                         -- dropped as the join emits them, before their values are computed (most
                         -- rows, when a chunk needs both terms; about a third of the statement).
-                        hi_a := (thr_f - p_max) / (t_ws[rd[1]] * mult) * (1 - 1e-9);
-                        hi_b := (thr_f - p_max) / (t_ws[rd[2]] * mult) * (1 - 1e-9);
                         w_a := t_ws[rd[1]];
                         w_b := t_ws[rd[2]];
                         w_f := t_ws[fused];
+                        hi_a := (thr_f - p_max) / (w_a * mult) * (1 - 1e-9);
+                        hi_b := (thr_f - p_max) / (w_b * mult) * (1 - 1e-9);
                         -- (One range alone is read without the join: the first branch of the union
                         -- below; each branch runs behind a one-time filter on the number of read
                         -- terms, docs/bm25.md.)
