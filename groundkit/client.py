@@ -341,7 +341,8 @@ class Groundkit:
         ``groundkit.config.sketch_min_postings``, 4,096), replacing the sketches, so that search
         plans its threshold rounds without counting long ranges, then make the term bits of those
         lists' terms (docs/bm25.md, "Term bits"), so that search looks up only the candidates that
-        hold a common term; returns the number of lists sketched. Like ANALYZE: run after large
+        hold a common term; returns the number of lists sketched. It merges the pending part
+        (:meth:`merge_pending`) first. Like ANALYZE: run after large
         loads; searches and writers go on, and it waits for the writes in flight when its term
         bits begin. Under an isolation level other than READ COMMITTED it raises
         :class:`InvalidArgument`. ``progress(done, total)`` is called after each list, then after
@@ -349,6 +350,16 @@ class Groundkit:
         return self._with_progress("analyze_postings",
                                    "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
                                    {"min_postings": min_postings}, progress)
+
+    def merge_pending(self) -> int:
+        """Move the pending part, the postings of chunks written one object at a time
+        (``put_object``, ``retier_object``) and not merged yet, into the postings and their
+        document frequencies into the term statistics, in one transaction; returns the number of
+        postings moved (docs/bm25.md, "The pending part"). Writers merge it themselves every
+        ``groundkit.config.pending_merge_chunks`` chunks; call this to empty it sooner, say
+        after a burst of writes. Search answers are the same before and after. Waits for a merge
+        in progress; writers that replace or move chunks wait for it meanwhile."""
+        return int(self._scalar("select groundkit.merge_pending()", {}))
 
     def set_tier_rank(self, tier: str, rank: int, progress: Callable[[int, int], None] | None = None) -> int:
         """Change a tier's rank and move the chunks whose statistics scope and postings bucket

@@ -84,6 +84,9 @@ declare
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
     moved bigint;
 begin
+    -- No merge may move these chunks' postings meanwhile: term_stats counts the chunks' terms in
+    -- postings, not those still pending (docs/bm25.md, "The pending part").
+    perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
     insert into groundkit.term_stats as t (term, scope, shard, df)
     select u.lexeme, d.scope, my_shard, sum(d.delta)
       from (select x.chunk_id, x.old_scope as scope, -1 as delta
@@ -94,6 +97,8 @@ begin
       -- a chunk's postings are its lexemes (no index serves postings by chunk id alone)
       join groundkit.chunks c on c.chunk_id = d.chunk_id
      cross join lateral unnest(c.tsv) u
+     where not exists (select 1 from groundkit.pending_postings pp
+                        where pp.term = u.lexeme and pp.chunk_id = c.chunk_id)
      group by u.lexeme, d.scope
     having sum(d.delta) <> 0
      order by u.lexeme, d.scope
@@ -115,6 +120,13 @@ begin
     -- chunks never change scope, so a NULL new scope means a private space.
     update groundkit.postings p
        set vis_key = groundkit._vis_key(false, null, x.new_scope is null, p_space_id, x.new_scope)
+      from groundkit._space_scope_changes(p_space_id) x
+      join groundkit.chunks c on c.chunk_id = x.chunk_id
+     cross join lateral unnest(c.tsv) u
+     where p.term = u.lexeme and p.chunk_id = x.chunk_id;
+    update groundkit.pending_postings p
+       set vis_key = groundkit._vis_key(false, null, x.new_scope is null, p_space_id, x.new_scope),
+           stat_scope = x.new_scope
       from groundkit._space_scope_changes(p_space_id) x
       join groundkit.chunks c on c.chunk_id = x.chunk_id
      cross join lateral unnest(c.tsv) u

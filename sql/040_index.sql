@@ -62,8 +62,13 @@ $$;
 -- made on an empty table: sequential scans, quadratic over a rebuild), and it counts the
 -- statistics once at the end (upserting the same counter rows batch after batch in one
 -- transaction leaves version chains that every later upsert walks). docs/bm25.md, "Rebuild".
+-- p_pending (put_object and retier_object): the new chunks' postings go to the pending part
+-- (groundkit.pending_postings) and term_stats leaves them out until groundkit.merge_pending()
+-- moves them, unless config.pending_merge_chunks is 0 (docs/bm25.md, "The pending part").
 drop function if exists groundkit._materialize_many(text[]);
-create or replace function groundkit._materialize_many(p_ids text[], p_rebuilding boolean default false)
+drop function if exists groundkit._materialize_many(text[], boolean);
+create or replace function groundkit._materialize_many(p_ids text[], p_rebuilding boolean default false,
+                                                       p_pending boolean default false)
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -81,17 +86,34 @@ declare
     old_lens bigint[] := '{}';
     evs groundkit.content_log[];
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
+    pend boolean;
+    lo_id bigint;
+    hi_id bigint;
 begin
+    select * into cfg from groundkit.config;
+    pend := p_pending and not p_rebuilding and cfg.pending_merge_chunks > 0;
+    -- A writer that counts in term_stats or replaces chunks holds this lock shared, taken before
+    -- any counter row, so that no merge (which takes it exclusively) moves postings while the
+    -- writer reads where they are, and no merge waits for counter rows such a writer holds
+    -- while that writer waits for the merge (docs/bm25.md, "The pending part").
+    if not p_rebuilding and not pend then
+        perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
+    end if;
     -- A new object has no chunks to replace: one statement instead of four (a one-object write
     -- runs about twenty statements, and each costs its executor start-up).
     if not p_rebuilding and exists (select 1 from groundkit.chunks c where c.object_id = any (p_ids)) then
-        -- Statistics contributed by the chunks about to be replaced (their lexemes are exactly
-        -- their postings' terms).
+        if pend then
+            perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
+        end if;
+        -- Statistics contributed by the chunks about to be replaced: their lexemes are exactly
+        -- their postings' terms, and term_stats counts those in postings, not the pending ones.
         select coalesce(array_agg(u.lexeme), '{}'), coalesce(array_agg(c.stat_scope), '{}')
           into old_terms, old_term_scopes
           from groundkit.chunks c
          cross join lateral unnest(c.tsv) u
-         where c.object_id = any (p_ids) and c.stat_scope is not null;
+         where c.object_id = any (p_ids) and c.stat_scope is not null
+           and not exists (select 1 from groundkit.pending_postings pp
+                            where pp.term = u.lexeme and pp.chunk_id = c.chunk_id);
         select coalesce(array_agg(x.stat_scope), '{}'), coalesce(array_agg(x.n), '{}'),
                coalesce(array_agg(x.len), '{}')
           into old_scopes, old_counts, old_lens
@@ -99,13 +121,20 @@ begin
                   from groundkit.chunks c
                  where c.object_id = any (p_ids) and c.stat_scope is not null
                  group by c.stat_scope) x;
+        delete from groundkit.pending_postings p
+         using groundkit.chunks c, unnest(c.tsv) u
+         where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
         delete from groundkit.postings p
          using groundkit.chunks c, unnest(c.tsv) u
          where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
         delete from groundkit.chunks c where c.object_id = any (p_ids);
     end if;
 
-    select * into cfg from groundkit.config;
+    -- The postings' lock before the impact parameters are read: reindex_impacts() (SHARE) waits
+    -- for this write, or this write for it, so no posting comes in with replaced parameters.
+    if not pend then
+        lock table groundkit.postings in row exclusive mode;
+    end if;
     select * into imp from groundkit.bm25_impact;
 
     -- The latest event and the highest version of each object.
@@ -171,6 +200,16 @@ begin
                                   coalesce(ev.title, '') || E'\n' || ch.content) as tsv
                offset 0) v
         returning chunk_id, object_id, tsv, doc_len
+    ),
+    pending as (
+        insert into groundkit.pending_postings (term, chunk_id, tf, doc_len, vis_key, stat_scope)
+        select u.lexeme, c.chunk_id, coalesce(array_length(u.positions, 1), 1), c.doc_len, ev.vis_key,
+               ev.scope
+          from new_chunks c
+          join ev on ev.object_id = c.object_id
+         cross join lateral unnest(c.tsv) u
+         where pend
+         order by u.lexeme, c.chunk_id
     )
     insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)
     select u.lexeme, c.chunk_id, x.tf, c.doc_len, ev.vis_key,
@@ -179,6 +218,7 @@ begin
       join ev on ev.object_id = c.object_id
      cross join lateral unnest(c.tsv) u
      cross join lateral (select coalesce(array_length(u.positions, 1), 1) as tf) x
+     where not pend
     -- in index order: neighbouring rows land on the same index pages (bulk put_objects 1.3-1.4x
     -- faster at 1M chunks, measured in docs/bm25.md)
      order by u.lexeme, c.chunk_id;
@@ -197,7 +237,7 @@ begin
             select u.lexeme, c.stat_scope, 1
               from groundkit.chunks c
              cross join lateral unnest(c.tsv) u
-             where c.object_id = any (p_ids) and c.stat_scope is not null) d
+             where not pend and c.object_id = any (p_ids) and c.stat_scope is not null) d
      group by d.term, d.scope
     having sum(d.delta) <> 0
      order by d.term, d.scope
@@ -216,7 +256,78 @@ begin
      order by d.scope
     on conflict (scope, shard) do update
         set n_chunks = t.n_chunks + excluded.n_chunks, total_len = t.total_len + excluded.total_len;
+
+    -- The writer whose new chunk ids pass a multiple of pending_merge_chunks merges the pending
+    -- part, unless a merge is running (then the next one does). Chunk ids come from an identity
+    -- without a cache: about one write in pending_merge_chunks chunks merges, and no counter
+    -- row is shared by the writers.
+    if pend then
+        select min(c.chunk_id), max(c.chunk_id) into lo_id, hi_id
+          from groundkit.chunks c where c.object_id = any (p_ids);
+        if hi_id / cfg.pending_merge_chunks > (lo_id - 1) / cfg.pending_merge_chunks then
+            perform groundkit._merge_pending(false);
+        end if;
+    end if;
 end
+$$;
+
+-- Move the pending part (groundkit.pending_postings) into groundkit.postings and its document
+-- frequencies into groundkit.term_stats, in one transaction: a search sees the postings of a
+-- chunk in one part or the other, and the same statistics either way. Under an exclusive
+-- advisory lock that writers replacing or moving chunks take shared, so that none of them reads
+-- where a chunk's postings are while they move. p_wait false: give up (0) when the lock is
+-- taken. Returns the number of postings moved.
+create or replace function groundkit._merge_pending(p_wait boolean)
+returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+set plan_cache_mode = force_generic_plan
+as $$
+declare
+    imp groundkit.bm25_impact;
+    my_shard smallint := (pg_backend_pid() % 8)::smallint;
+    moved bigint;
+begin
+    if p_wait then
+        perform pg_advisory_xact_lock(hashtextextended('groundkit.pending', 0));
+    elsif not pg_try_advisory_xact_lock(hashtextextended('groundkit.pending', 0)) then
+        return 0;
+    end if;
+    -- before the impact parameters are read: reindex_impacts() (SHARE) waits for this, or this
+    -- for it, so no posting comes in with the parameters it replaced
+    lock table groundkit.postings in row exclusive mode;
+    select * into imp from groundkit.bm25_impact;
+    with moving as (
+        delete from groundkit.pending_postings p returning p.*
+    ),
+    ins as (
+        insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)
+        select m.term, m.chunk_id, m.tf, m.doc_len, m.vis_key,
+               (m.tf / (m.tf + imp.k1 * (1 - imp.b + imp.b * m.doc_len / imp.avgdl_ref)))::real
+          from moving m
+         order by m.term, m.chunk_id
+    ),
+    stats as (
+        insert into groundkit.term_stats as t (term, scope, shard, df)
+        select m.term, m.stat_scope, my_shard, count(*)
+          from moving m
+         where m.stat_scope is not null
+         group by m.term, m.stat_scope
+         order by m.term, m.stat_scope
+        on conflict (term, scope, shard) do update set df = t.df + excluded.df
+    )
+    select count(*) into moved from moving;
+    raise debug 'groundkit.merge_pending: % postings moved', moved;
+    return moved;
+end
+$$;
+
+create or replace function groundkit.merge_pending()
+returns bigint
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    select groundkit._merge_pending(true)
 $$;
 
 -- Writers call _materialize_many with one id (the one-id wrapper cost a statement per write).
@@ -247,6 +358,10 @@ begin
     if ref is null or ref <= 0 then
         raise exception 'avgdl_ref must be positive (got %)', ref using errcode = 'GK005';
     end if;
+    -- Writers and merges take ROW EXCLUSIVE on postings before they read the impact parameters:
+    -- every posting written before this commits is here for the update below, and every one
+    -- written after uses the new parameters.
+    lock table groundkit.postings in share mode;
     lock table groundkit.bm25_impact in exclusive mode;
     update groundkit.bm25_impact i set k1 = c.bm25_k1, b = c.bm25_b, avgdl_ref = ref
       from groundkit.config c
@@ -394,8 +509,12 @@ begin
         select b_terms[i], w, array_agg(coalesce(x.bits, 0) order by g.word)
           from generate_series(0, w >> 6) as g(word)
           left join (select p.chunk_id >> 6 as word, bit_or(1::bigint << (p.chunk_id & 63)::integer) as bits
-                       from groundkit.postings p
-                      where p.term = b_terms[i] and p.chunk_id <= w
+                       from (select p.chunk_id from groundkit.postings p
+                              where p.term = b_terms[i] and p.chunk_id <= w
+                             union all
+                             -- chunks still pending: merged later, they must not be missed then
+                             select p.chunk_id from groundkit.pending_postings p
+                              where p.term = b_terms[i] and p.chunk_id <= w) p
                       group by 1) x on x.word = g.word;
         raise debug 'groundkit.analyze_postings: % of % terms', i, cardinality(b_terms);
     end loop;
@@ -406,8 +525,9 @@ $$;
 -- Planning statistics of the postings, made again (like ANALYZE): the sketches of the long lists
 -- (groundkit._analyze_sketches) and the term bits of the long lists' terms
 -- (groundkit._analyze_term_bits). min_postings: lists at least this long (default:
--- groundkit.config.sketch_min_postings). Searches and writers go on while it runs; it waits
--- for the writes in flight when its term bits begin. Returns the number of lists sketched.
+-- groundkit.config.sketch_min_postings). It merges the pending part first. Searches and writers
+-- go on while it runs; it waits for the writes in flight when its term bits begin. Returns the
+-- number of lists sketched.
 create or replace function groundkit.analyze_postings(min_postings integer default null)
 returns bigint
 language plpgsql
@@ -418,6 +538,9 @@ declare
                               (select c.sketch_min_postings from groundkit.config c));
     n bigint;
 begin
+    -- the pending part first, so that the sketches see every list whole (docs/bm25.md, "The
+    -- pending part"); the term bits read both parts, for writes that come in meanwhile
+    perform groundkit._merge_pending(true);
     n := groundkit._analyze_sketches(v_min);
     perform groundkit._analyze_term_bits(v_min);
     return n;

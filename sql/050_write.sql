@@ -146,7 +146,7 @@ begin
     values (put_object.object_id, put_object.version, 'put', put_object.content_type, put_object.space_id,
             put_object.tier_visibility, put_object.title, put_object.body, put_object.owner_sub,
             put_object.owner_only, put_object.segments, meta, h);
-    perform groundkit._materialize_many(array[put_object.object_id]);
+    perform groundkit._materialize_many(array[put_object.object_id], p_pending => true);
     return 'applied';
 end
 $$;
@@ -195,7 +195,7 @@ begin
     values (retier_object.object_id, retier_object.version, 'retier', last_put.content_type, last_put.space_id,
             retier_object.tier_visibility, last_put.title, last_put.body, last_put.owner_sub,
             last_put.owner_only, last_put.segments, last_put.metadata, h);
-    perform groundkit._materialize_many(array[retier_object.object_id]);
+    perform groundkit._materialize_many(array[retier_object.object_id], p_pending => true);
     return 'applied';
 end
 $$;
@@ -246,6 +246,9 @@ begin
     -- Redactions queue behind each other: each locks counter rows of every shard below, and two
     -- of them doing so at once could deadlock.
     perform pg_advisory_xact_lock(hashtextextended('groundkit.redact', 0));
+    -- and before any counter row, the lock a merge of the pending part takes exclusively
+    -- (_materialize_many takes it again below; docs/bm25.md, "The pending part")
+    perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
     perform groundkit._lock_object(redact_object.object_id);
     select * into cur from groundkit.objects o where o.object_id = redact_object.object_id for update;
     if found and cur.state = 'redacted' then

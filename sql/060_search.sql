@@ -127,8 +127,10 @@ begin
     ),
     qterms as (
         select q.term, q.qtf,
-               coalesce((select sum(ts.df) from groundkit.term_stats ts, reader r
-                          where ts.term = q.term and ts.scope <= r.rank), 0)::double precision as df
+               (coalesce((select sum(ts.df) from groundkit.term_stats ts, reader r
+                           where ts.term = q.term and ts.scope <= r.rank), 0)
+                + (select count(*) from groundkit.pending_postings pp, reader r
+                    where pp.term = q.term and pp.stat_scope <= r.rank))::double precision as df
           from groundkit.query_terms(_search_exhaustive.query) q
     ),
     weights as (
@@ -141,7 +143,9 @@ begin
         select p.chunk_id,
                sum(w.w * p.tf / (p.tf + cfg.k1 * (1 - cfg.b + cfg.b * c.doc_len / w.avgdl))) as score
           from weights w
-          join groundkit.postings p on p.term = w.term
+          join (select p.term, p.chunk_id, p.tf from groundkit.postings p
+                union all
+                select p.term, p.chunk_id, p.tf from groundkit.pending_postings p) p on p.term = w.term
           cross join reader r
           cross join cfg
           cross join lateral groundkit._visible_chunk(p.chunk_id, r.rank, r.member_sub,
@@ -558,6 +562,12 @@ declare
     t_bw bigint[];
     f_j integer;
     rest1 double precision;
+    -- the pending part's top k (null when it holds none of the terms), in the final order
+    pend_ids bigint[];
+    pend_scores double precision[];
+    pend_obj text[];
+    pend_seq integer[];
+    has_pend boolean;
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -585,11 +595,16 @@ begin
     v_avgdl := case when v_n > 0 and v_total > 0 then v_total / v_n else 1 end;
     select array_agg(q.term order by q.term),
            array_agg(q.qtf * ln(1 + (greatest(v_n - q.df, 0) + 0.5) / (q.df + 0.5)) order by q.term),
-           array_agg(q.df order by q.term)
-      into terms, ws, dfs
+           array_agg(q.df order by q.term),
+           bool_or(q.pend)
+      into terms, ws, dfs, has_pend
       from (select q.term, q.qtf,
-                   coalesce((select sum(ts.df) from groundkit.term_stats ts
-                              where ts.term = q.term and ts.scope <= v_rank), 0)::double precision as df
+                   (coalesce((select sum(ts.df) from groundkit.term_stats ts
+                               where ts.term = q.term and ts.scope <= v_rank), 0)
+                    -- the pending part's chunks, which term_stats counts once they are merged
+                    + (select count(*) from groundkit.pending_postings pp
+                        where pp.term = q.term and pp.stat_scope <= v_rank))::double precision as df,
+                   exists (select 1 from groundkit.pending_postings pp where pp.term = q.term) as pend
               from groundkit.query_terms(_search_pruned.query) q) q;
     if terms is null then
         return;
@@ -605,6 +620,47 @@ begin
     -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
     -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
     mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
+
+    -- The pending part (chunks written one at a time, not merged yet; docs/bm25.md, "The
+    -- pending part"): scored whole, as the scan scores postings, its top k kept aside and
+    -- merged with the postings' top k at the end. The strategies below read postings only.
+    if has_pend then
+        select array_agg(z.chunk_id order by z.score desc, z.object_id, z.chunk_seq),
+               array_agg(z.score order by z.score desc, z.object_id, z.chunk_seq),
+               array_agg(z.object_id order by z.score desc, z.object_id, z.chunk_seq),
+               array_agg(z.chunk_seq order by z.score desc, z.object_id, z.chunk_seq)
+          into pend_ids, pend_scores, pend_obj, pend_seq
+          from (with scored as materialized (
+                    select pp.chunk_id,
+                           sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * pp.doc_len / v_avgdl))) as score
+                      from unnest(terms, ws) as q(term, w)
+                      join groundkit.pending_postings pp on pp.term = q.term and pp.vis_key = any (buckets)
+                     group by pp.chunk_id
+                ),
+                top as (
+                    select s.score
+                      from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+                     where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
+                                                                          _search_pruned.content_types,
+                                                                          _search_pruned.space_ids))
+                     limit _search_pruned.k
+                ),
+                theta as (
+                    select case when count(*) < _search_pruned.k then '-infinity'::double precision
+                                else min(t.score) end as t
+                      from top t
+                )
+                select s.chunk_id, s.score, v.object_id, v.chunk_seq
+                  from scored s
+                 cross join theta
+                 cross join lateral groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
+                                                             _search_pruned.content_types,
+                                                             _search_pruned.space_ids) v
+                 where s.score >= theta.t
+                 order by s.score desc, v.object_id, v.chunk_seq
+                 limit _search_pruned.k) z;
+        raise debug 'groundkit pruned: % pending chunks in the top k of the pending part', cardinality(pend_ids);
+    end if;
 
     -- Which strategy (speed only: all three are exact). One term: the pruned rounds (k postings
     -- deep is usually enough, however long the list). Several terms: the scan when the reader's
@@ -1330,13 +1386,18 @@ begin
                 raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
                 if done then
                     return query
-                    select u.id, u.score
-                      from (select unnest(c_ids) as id, unnest(c_known) as score) u
-                     cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member,
-                                                                 _search_pruned.content_types,
-                                                                 _search_pruned.space_ids) v
-                     where u.score >= theta
-                     order by u.score desc, v.object_id, v.chunk_seq
+                    select z.id, z.score
+                      from (select u.id, u.score, v.object_id, v.chunk_seq
+                              from (select unnest(c_ids) as id, unnest(c_known) as score) u
+                             cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member,
+                                                                         _search_pruned.content_types,
+                                                                         _search_pruned.space_ids) v
+                             where u.score >= theta
+                            union all
+                            select p.id, p.score, p.object_id, p.chunk_seq
+                              from unnest(pend_ids, pend_scores, pend_obj, pend_seq)
+                                   as p(id, score, object_id, chunk_seq)) z
+                     order by z.score desc, z.object_id, z.chunk_seq
                      limit _search_pruned.k;
                     return;
                 end if;
@@ -1403,14 +1464,18 @@ begin
                         else min(t.score) end as t
               from top t
         )
-        select s.chunk_id, s.score
-          from scored s
-         cross join theta
-         cross join lateral groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
-                                                     _search_pruned.content_types,
-                                                     _search_pruned.space_ids) v
-         where s.score >= theta.t
-         order by s.score desc, v.object_id, v.chunk_seq
+        select z.chunk_id, z.score
+          from (select s.chunk_id, s.score, v.object_id, v.chunk_seq
+                  from scored s
+                 cross join theta
+                 cross join lateral groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
+                                                             _search_pruned.content_types,
+                                                             _search_pruned.space_ids) v
+                 where s.score >= theta.t
+                union all
+                select p.id, p.score, p.object_id, p.chunk_seq
+                  from unnest(pend_ids, pend_scores, pend_obj, pend_seq) as p(id, score, object_id, chunk_seq)) z
+         order by z.score desc, z.object_id, z.chunk_seq
          limit _search_pruned.k;
         return;
     end if;
@@ -1602,7 +1667,20 @@ begin
     end loop;
 
     raise debug 'groundkit pruned: done at depths % with ub_unseen %', depths, ub_unseen;
-    return query select u.id, u.score from unnest(r_ids, r_scores) as u(id, score);
+    if pend_ids is null then
+        return query select u.id, u.score from unnest(r_ids, r_scores) as u(id, score);
+    else
+        return query
+        select z.id, z.score
+          from (select u.id, u.score, c.object_id, c.chunk_seq
+                  from unnest(r_ids, r_scores) as u(id, score)
+                  join groundkit.chunks c on c.chunk_id = u.id
+                union all
+                select p.id, p.score, p.object_id, p.chunk_seq
+                  from unnest(pend_ids, pend_scores, pend_obj, pend_seq) as p(id, score, object_id, chunk_seq)) z
+         order by z.score desc, z.object_id, z.chunk_seq
+         limit _search_pruned.k;
+    end if;
 end
 $$;
 

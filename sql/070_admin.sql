@@ -36,8 +36,21 @@ as $$
                                      p.term, p.tf, p.doc_len, p.vis_key, p.imp)
                       from groundkit.postings p left join groundkit.chunks c on c.chunk_id = p.chunk_id
                     union all
+                    -- a pending posting is the posting a merge makes of it (docs/bm25.md, "The
+                    -- pending part"): the same line, and counted in its term's df
+                    select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq,
+                                     p.term, p.tf, p.doc_len, p.vis_key,
+                                     (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real)
+                      from groundkit.pending_postings p
+                      cross join groundkit.bm25_impact i
+                      left join groundkit.chunks c on c.chunk_id = p.chunk_id
+                    union all
                     select concat_ws('|', 't', t.term, t.scope, sum(t.df))
-                      from groundkit.term_stats t group by t.term, t.scope having sum(t.df) <> 0
+                      from (select t.term, t.scope, t.df from groundkit.term_stats t
+                            union all
+                            select p.term, p.stat_scope, 1 from groundkit.pending_postings p
+                             where p.stat_scope is not null) t
+                     group by t.term, t.scope having sum(t.df) <> 0
                     union all
                     select concat_ws('|', 's', s.scope, sum(s.n_chunks), sum(s.total_len))
                       from groundkit.scope_stats s group by s.scope
@@ -66,8 +79,8 @@ begin
     -- and the sketches, which it makes at the end: an analyze_postings() running meanwhile would
     -- hold them and wait for the statistics this truncates (a deadlock); it finishes first
     lock table groundkit.postings_sketch in share row exclusive mode;
-    truncate groundkit.postings, groundkit.chunks, groundkit.objects, groundkit.term_stats,
-             groundkit.scope_stats;
+    truncate groundkit.postings, groundkit.pending_postings, groundkit.chunks, groundkit.objects,
+             groundkit.term_stats, groundkit.scope_stats;
     -- The postings' indexes are dropped and built again after the load (one sort each instead of
     -- a btree insert per posting: 1.5x at 1M chunks, docs/bm25.md), from their own catalog
     -- definitions, in this transaction.

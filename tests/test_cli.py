@@ -219,3 +219,20 @@ def test_analyze_sketches_long_lists(dsn: str) -> None:
         assert gk.analyze_postings() == 0  # the configured minimum, 4,096
     bad = runner.invoke(app, ["analyze", "--min-postings", "0", "--dsn", dsn])
     assert bad.exit_code != 0 and "min_postings must be a positive integer" in bad.output
+
+
+def test_merge_moves_the_pending_part(dsn: str) -> None:
+    """`groundkit merge`: the postings of objects written one at a time move into postings."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        for i in range(3):
+            gk.put_object(f"p{i}", 1, "board_post", "commons", "T0", "t", "loom weaving wool")
+        pending = gk.conn.execute("select count(*) as n from groundkit.pending_postings").fetchone()
+    assert pending is not None and pending["n"] >= 9  # loom, weav, wool in three chunks
+    result = runner.invoke(app, ["merge", "--dsn", dsn])
+    assert result.exit_code == 0 and f"merged {pending['n']} pending posting(s)" in result.output, result.output
+    with Groundkit.connect(dsn) as gk:
+        assert gk.conn.execute("select count(*) as n from groundkit.pending_postings").fetchone() == {"n": 0}
+        assert gk.conn.execute("select count(*) as n from groundkit.postings").fetchone() == pending
+    bad = runner.invoke(app, ["merge", "--every", "0", "--dsn", dsn])
+    assert bad.exit_code != 0

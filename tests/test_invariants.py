@@ -399,6 +399,7 @@ def test_rebuild_waits_for_a_running_analyze(community: Groundkit, dsn: str) -> 
     sketches)."""
     gk = community
     gk.put_object("a", 1, "board_post", "open", "T0", "Loom", "weaving on a loom")
+    gk.merge_pending()  # into term_stats
     analyze = psycopg.connect(dsn)  # plays an analyze_postings() between its lock and its reads
 
     def read_statistics() -> None:

@@ -99,6 +99,10 @@ world_st = st.fixed_dictionaries(
         "params": st.sampled_from([(0.9, 0.4, None), (1.2, 0.75, None), (0.9, 0.4, 1.0), (2.0, 1.0, 500.0)]),
         # sketches of the postings lists (planning only): none, fresh, or wrong in every way
         "sketch": st.sampled_from([None, "fresh", "wrong"]),
+        # the pending part (docs/bm25.md, "The pending part"): config.pending_merge_chunks before
+        # the writes (0: none, every write to postings; 3: a writer merges every few chunks), or
+        # the default with every chunk pending, or a merge after half of the objects
+        "pending": st.sampled_from([0, 3, None, "half"]),
         # writes after analyze_postings, which made the term bits (docs/bm25.md, "Term bits"):
         # (object to delete, object to write again with these words, new object's words)
         "later": st.one_of(st.none(), st.tuples(
@@ -209,7 +213,11 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
         gk.grant_space(f"s{s}", MEMBERS[m])
     k1, b, ref = world["params"]
     gk.conn.execute("update groundkit.config set bm25_k1 = %s, bm25_b = %s", (k1, b))
+    if isinstance(world["pending"], int):
+        gk.conn.execute("update groundkit.config set pending_merge_chunks = %s", (world["pending"],))
     for i, o in enumerate(world["objects"]):
+        if world["pending"] == "half" and i == len(world["objects"]) // 2:
+            gk.merge_pending()
         owner = MEMBERS[o.owner] if o.owner is not None else (MEMBERS[0] if o.owner_only else None)
         gk.put_object(f"o{i:02d}", 1, "member_note" if o.owner_only else "board_post", f"s{o.space}", o.tier,
                       _text(o.title), _text(o.words), owner_sub=owner, owner_only=o.owner_only)
@@ -321,6 +329,7 @@ def test_per_term_depth_multi_term(community: Groundkit) -> None:
                       "granite stone " * (1 + i % 4) + "other words " * (i % 9))
     for i in range(40):
         gk.put_object(f"rare{i}", 1, "board_post", "open", "T0", "notes", "granite " + "pad " * (i % 11))
+    gk.merge_pending()  # the rounds read postings (the pending part is scored whole)
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         for reader in ("t0", "t3"):
             for query in ("granite stone", "stone stone granite", "granite stone filler"):
@@ -344,6 +353,7 @@ def test_skipped_scoring_and_early_exit(community: Groundkit) -> None:
     for i in range(700):
         words = rng.choices(vocab, weights, k=rng.randint(8, 40))
         gk.put_object(f"z{i}", 1, "board_post", "open", "T3" if i % 5 == 0 else "T0", "", " ".join(words))
+    gk.merge_pending()  # the rounds read postings (the pending part is scored whole)
     queries = [" ".join(rng.choices(vocab[5:60], k=rng.randint(2, 4))) for _ in range(12)]
     messages: list[str] = []
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:

@@ -20,14 +20,17 @@ Raw = psycopg.Connection[tuple[Any, ...]]
 
 
 def _bits_match_postings(raw: Raw) -> int:
-    """Every term's bits are exactly the chunks up to w_max that have a posting of it (a chunk
-    deleted since may keep its bit). Returns how many terms have bits."""
+    """Every term's bits are exactly the chunks up to w_max that have a posting of it, merged or
+    pending (a chunk deleted since may keep its bit). Returns how many terms have bits."""
     rows = raw.execute("select term, w_max, words from groundkit.term_bits").fetchall()
     for term, w_max, words in rows:
         assert len(words) == (w_max >> 6) + 1
         bits = {64 * i + b for i, word in enumerate(words) for b in range(64) if (word >> b) & 1}
+        # (in either part: a pending chunk is merged later, with the bit it has now)
         held = {cid for (cid,) in raw.execute(
-            "select chunk_id from groundkit.postings where term = %s and chunk_id <= %s", (term, w_max))}
+            "select chunk_id from groundkit.postings where term = %s and chunk_id <= %s"
+            " union all select chunk_id from groundkit.pending_postings where term = %s and chunk_id <= %s",
+            (term, w_max, term, w_max))}
         assert held <= bits, f"{term}: chunks {sorted(held - bits)} hold it, their bits are clear"
         assert all(b <= w_max for b in bits)
         live = {cid for (cid,) in raw.execute("select chunk_id from groundkit.chunks")}

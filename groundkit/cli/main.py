@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -200,6 +201,32 @@ def analyze(
 
         n = gk.analyze_postings(min_postings=min_postings, progress=advance)
     out.print(f"sketched {n} postings list(s)")
+
+
+@app.command()
+@handle_errors
+def merge(
+    every: Annotated[
+        float | None,
+        typer.Option(min=0.01, help="Merge again every this many seconds, until interrupted (Ctrl-C)."),
+    ] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Merge the pending part (the postings of objects written one at a time) into the postings
+    and the term statistics. Writers merge it themselves every config.pending_merge_chunks
+    chunks; with --every, this runs as a background merger on its own connection."""
+    with Groundkit.connect(dsn) as gk:
+        while True:
+            moved = gk.merge_pending()
+            if every is None:
+                out.print(f"merged {moved} pending posting(s)")
+                return
+            if moved:
+                out.print(f"merged {moved} pending posting(s)")
+            try:
+                time.sleep(every)
+            except KeyboardInterrupt:
+                return
 
 
 @app.command()

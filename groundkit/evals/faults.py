@@ -38,7 +38,7 @@ from groundkit.evals.dbs import GateDatabases, connect_dict
 from groundkit.evals.integrity import structure_problems
 from groundkit.evals.tap import Counts, Tap
 
-TABLES = ("objects", "content_log", "chunks", "postings", "term_stats", "scope_stats")
+TABLES = ("objects", "content_log", "chunks", "postings", "pending_postings", "term_stats", "scope_stats")
 OPS = ("put", "retier", "delete", "redact")
 BODY = " ".join(f"Paragraph {i} about kiln {i % 7} glaze and firing, word{i}." for i in range(180))
 

@@ -16,7 +16,10 @@ union all
 select concat_ws('|', 'c', c.object_id, c.chunk_seq, c.object_version, md5(c.content), c.doc_len,
                  coalesce(c.stat_scope::text, '-')) from groundkit.chunks c
 union all
-select concat_ws('|', 't', t.term, t.scope, sum(t.df)) from groundkit.term_stats t
+select concat_ws('|', 't', t.term, t.scope, sum(t.df))
+  from (select t.term, t.scope, t.df from groundkit.term_stats t
+        union all
+        select p.term, p.stat_scope, 1 from groundkit.pending_postings p where p.stat_scope is not null) t
  group by t.term, t.scope having sum(t.df) <> 0
 union all
 select concat_ws('|', 's', s.scope, sum(s.n_chunks), sum(s.total_len)) from groundkit.scope_stats s
@@ -31,13 +34,20 @@ STRUCTURE: dict[str, str] = {
          where o.object_id is null or o.version <> c.object_version or o.state <> 'live'""",
     "a posting without its chunk": """
         select p.term, p.chunk_id from groundkit.postings p
+         where not exists (select 1 from groundkit.chunks c where c.chunk_id = p.chunk_id)
+        union all
+        select p.term, p.chunk_id from groundkit.pending_postings p
          where not exists (select 1 from groundkit.chunks c where c.chunk_id = p.chunk_id)""",
+    "a chunk with postings both merged and pending": """
+        select p.chunk_id from groundkit.pending_postings p
+         where exists (select 1 from groundkit.postings q where q.chunk_id = p.chunk_id)""",
     "a live object without chunks": """
         select o.object_id from groundkit.objects o
          where o.state = 'live' and not exists (select 1 from groundkit.chunks c where c.object_id = o.object_id)""",
     "a chunk without postings although it has terms": """
         select c.chunk_id from groundkit.chunks c where length(c.tsv) > 0
-           and not exists (select 1 from groundkit.postings p where p.chunk_id = c.chunk_id)""",
+           and not exists (select 1 from groundkit.postings p where p.chunk_id = c.chunk_id)
+           and not exists (select 1 from groundkit.pending_postings p where p.chunk_id = c.chunk_id)""",
     "a log row without its views (objects row missing or behind the log)": """
         select l.object_id, max(l.seq) as last_seq, o.log_seq from groundkit.content_log l
           left join groundkit.objects o on o.object_id = l.object_id

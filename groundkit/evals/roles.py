@@ -29,7 +29,8 @@ from psycopg.rows import dict_row
 from groundkit.evals.dbs import GateDatabases, connect_dict
 from groundkit.evals.tap import Counts, Tap
 
-TABLES = ("chunks", "config", "content_log", "content_types", "members", "objects", "postings", "reader_authority",
+TABLES = ("chunks", "config", "content_log", "content_types", "members", "objects", "pending_postings", "postings",
+          "reader_authority",
           "scope_stats", "space_grants", "spaces", "term_stats", "tiers")
 
 GRID_SQL = """
