@@ -15,7 +15,9 @@ the synthetic community corpus of evals/bench/corpus.py loaded through the bulk 
 - tantivy in process over the same chunks, no permissions (engine-speed reference);
 - optionally the exhaustive BM25 path (--exhaustive) to show what pruning saves;
 - ingest: chunks/s through the bulk path, through put_object one object per transaction, and
-  with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock);
+  with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock); the
+  put_object figures include the merges of the pending part, the writers' own and one
+  merge_pending() at the end for what they left (docs/bm25.md, "The pending part");
 - retier_object, delete_object and redact_object, one object per transaction (20 each, on
   objects put_object wrote): mean and max ms.
 
@@ -287,6 +289,8 @@ def single_ingest(dsn: str, corpus: Corpus, n_chunks: int, prefix: str) -> dict[
         for o in objs:
             conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=prefix + o.object_id))
             chunks += len(o.paragraphs)
+        # what is left pending is merged inside the time (docs/bm25.md, "The pending part")
+        conn.execute("select groundkit.merge_pending()")
         dt = time.perf_counter() - t0
     return {"objects": len(objs), "chunks": chunks, "s": dt, "chunks_per_s": chunks / dt,
             "objects_per_s": len(objs) / dt, "ids": [prefix + o.object_id for o in objs]}
@@ -357,6 +361,8 @@ def concurrent_ingest(dsn: str, corpus: Corpus, writers: int, seconds: float, ta
         stop.set()
         for t in threads:
             t.join()
+        # what is left pending is merged inside the time (docs/bm25.md, "The pending part")
+        mon.execute("select groundkit.merge_pending()")
         dt = time.perf_counter() - t0
     if errors:
         raise RuntimeError(f"writer failed: {errors[0]}")

@@ -20,6 +20,9 @@ object row, chunking, tokenizing, chunk rows, scope statistics, commit). Its chu
 ceiling for any design that writes the log row and the chunks in the write's transaction and
 makes postings and statistics free.
 
+It measures the write-through path (``config.pending_merge_chunks = 0`` in the copy), the
+layout before revision 0006; evals/bench/pending_writes.py measures the pending part.
+
 The copy starts with none of its pages in shared_buffers, and the first rounds pay for reading
 them. ``--warmup N`` makes N untimed put_object calls first, so that the rounds measure the
 steady state between checkpoints (evals/bench/write_phases.py shows how long that takes).
@@ -78,6 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ms: dict[str, list[float]] = {v: [] for v in funcs}
     chunks_per_object: list[float] = []
     with copy_of(args.dsn, kept, "single_floor") as copy_dsn, psycopg.connect(copy_dsn, autocommit=True) as conn:
+        # the write-through path: every put_object writes its postings and term statistics itself
+        conn.execute("update groundkit.config set pending_merge_chunks = 0")
         if args.warmup:
             t0 = time.perf_counter()
             for o in list(Corpus(seed=6999).objects(4 * args.warmup))[: args.warmup]:
