@@ -341,12 +341,14 @@ class Groundkit:
         ``groundkit.config.sketch_min_postings``, 4,096), replacing the sketches, so that search
         plans its threshold rounds without counting long ranges, then make the term bits of those
         lists' terms (docs/bm25.md, "Term bits"), so that search looks up only the candidates that
-        hold a common term; returns the number of lists sketched. It merges the pending part
-        (:meth:`merge_pending`) first. Like ANALYZE: run after large
+        hold a common term; returns the number of lists sketched. It first merges the pending
+        part (:meth:`merge_pending`; its own transaction on an autocommit connection), so that
+        the sketches see every list whole. Like ANALYZE: run after large
         loads; searches and writers go on, and it waits for the writes in flight when its term
         bits begin. Under an isolation level other than READ COMMITTED it raises
         :class:`InvalidArgument`. ``progress(done, total)`` is called after each list, then after
         each term."""
+        self.merge_pending()
         return self._with_progress("analyze_postings",
                                    "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
                                    {"min_postings": min_postings}, progress)

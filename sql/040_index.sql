@@ -502,8 +502,13 @@ begin
     if w is null then
         return 0;
     end if;
-    b_terms := array(select ts.term from groundkit.term_stats ts group by ts.term
-                      having sum(ts.df) >= greatest(v_min, w / 256) order by ts.term);
+    -- (the shared postings of a term: counted in term_stats, and in the pending part)
+    b_terms := array(select x.term
+                       from (select ts.term, ts.df from groundkit.term_stats ts
+                             union all
+                             select pp.term, 1 from groundkit.pending_postings pp where pp.stat_scope is not null) x
+                      group by x.term
+                     having sum(x.df) >= greatest(v_min, w / 256) order by x.term);
     for i in 1 .. cardinality(b_terms) loop
         insert into groundkit.term_bits (term, w_max, words)
         select b_terms[i], w, array_agg(coalesce(x.bits, 0) order by g.word)
@@ -525,9 +530,12 @@ $$;
 -- Planning statistics of the postings, made again (like ANALYZE): the sketches of the long lists
 -- (groundkit._analyze_sketches) and the term bits of the long lists' terms
 -- (groundkit._analyze_term_bits). min_postings: lists at least this long (default:
--- groundkit.config.sketch_min_postings). It merges the pending part first. Searches and writers
--- go on while it runs; it waits for the writes in flight when its term bits begin. Returns the
--- number of lists sketched.
+-- groundkit.config.sketch_min_postings). Searches and writers go on while it runs; it waits
+-- for the writes in flight when its term bits begin. Returns the number of lists sketched.
+-- It does not merge the pending part (a merge's lock would be held for the whole analyze, and
+-- writers that replace chunks would wait that long): the sketches leave the pending chunks out,
+-- the term bits read both parts. Groundkit.analyze_postings() merges first, in its own
+-- transaction.
 create or replace function groundkit.analyze_postings(min_postings integer default null)
 returns bigint
 language plpgsql
@@ -538,9 +546,6 @@ declare
                               (select c.sketch_min_postings from groundkit.config c));
     n bigint;
 begin
-    -- the pending part first, so that the sketches see every list whole (docs/bm25.md, "The
-    -- pending part"); the term bits read both parts, for writes that come in meanwhile
-    perform groundkit._merge_pending(true);
     n := groundkit._analyze_sketches(v_min);
     perform groundkit._analyze_term_bits(v_min);
     return n;
