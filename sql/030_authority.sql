@@ -79,6 +79,9 @@ $drop$;
 create or replace function groundkit._restat_space(p_space_id text) returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
+-- its plans probe the pending part by key: a plan made while that table was nearly empty would
+-- scan it whole for every posting (docs/bm25.md, "The pending part")
+set enable_seqscan = off
 as $$
 declare
     my_shard smallint := (pg_backend_pid() % 8)::smallint;

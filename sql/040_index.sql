@@ -75,6 +75,10 @@ set search_path = pg_catalog, pg_temp
 -- Planning these statements afresh for every call (custom plans) cost about 2 ms per object,
 -- a third of a one-object put_object; their plans do not depend on the ids (docs/bm25.md).
 set plan_cache_mode = force_generic_plan
+-- Those plans are made once per session. The pending part grows from empty to tens of
+-- thousands of rows between merges, and a plan made while it was nearly empty would scan it
+-- whole for every old posting (docs/bm25.md, "The pending part"): no sequential scans here.
+set enable_seqscan = off
 as $$
 declare
     cfg groundkit.config;
@@ -446,6 +450,8 @@ create or replace function groundkit._analyze_term_bits(v_min integer, p_settled
 returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
+-- one index range of the pending part per term, whatever size the table had at planning
+set enable_seqscan = off
 as $$
 declare
     w bigint;

@@ -108,6 +108,8 @@ create or replace function groundkit._search_exhaustive(
 returns table (chunk_id bigint, score double precision)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
+-- (the pending part by key, whatever its size when this was planned: "_pending_dfs" below)
+set enable_seqscan = off
 as $$
 #variable_conflict use_column
 begin
@@ -379,6 +381,65 @@ as $$
              limit p_k) z
 $$;
 
+-- The pending part (docs/bm25.md, "The pending part"). Its table grows from empty to tens of
+-- thousands of rows between merges, and a plan cached while it was nearly empty scanned it
+-- whole for every term: these functions never scan it sequentially, whatever its size was when
+-- they were planned.
+--
+-- Each term's pending postings: how many count in the statistics of a reader of rank p_rank,
+-- and whether there are any. One call a search (a call with a SET clause costs tens of µs).
+create or replace function groundkit._pending_dfs(p_terms text[], p_rank integer)
+returns table (term text, df bigint, present boolean)
+language sql stable
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+as $$
+    select t.term, count(pp.term) filter (where pp.stat_scope <= p_rank), count(pp.term) > 0
+      from unnest(p_terms) as t(term)
+      left join groundkit.pending_postings pp on pp.term = t.term
+     group by t.term
+$$;
+
+-- The pending chunks' top k for a reader: every pending chunk holding a query term in the
+-- reader's buckets scored whole (as the scan scores postings, with the same formula), the live
+-- predicate checked best-first until k pass, then the visible ones at or above that score, in
+-- the final order.
+create or replace function groundkit._pending_top(
+    p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
+    p_b double precision, p_avgdl double precision, p_rank integer, p_member text,
+    p_content_types text[], p_space_ids text[], p_k integer)
+returns table (chunk_id bigint, score double precision, object_id text, chunk_seq integer)
+language sql stable
+set search_path = pg_catalog, pg_temp
+set enable_seqscan = off
+as $$
+    with scored as materialized (
+        select pp.chunk_id,
+               sum(q.w * pp.tf / (pp.tf + p_k1 * (1 - p_b + p_b * pp.doc_len / p_avgdl))) as score
+          from unnest(p_terms, p_ws) as q(term, w)
+          join groundkit.pending_postings pp on pp.term = q.term and pp.vis_key = any (p_buckets)
+         group by pp.chunk_id
+    ),
+    top as (
+        select s.score
+          from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+         where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
+                                                              p_content_types, p_space_ids))
+         limit p_k
+    ),
+    theta as (
+        select case when count(*) < p_k then '-infinity'::double precision else min(t.score) end as t
+          from top t
+    )
+    select s.chunk_id, s.score, v.object_id, v.chunk_seq
+      from scored s
+     cross join theta
+     cross join lateral groundkit._visible_chunk(s.chunk_id, p_rank, p_member, p_content_types, p_space_ids) v
+     where s.score >= theta.t
+     order by s.score desc, v.object_id, v.chunk_seq
+     limit p_k
+$$;
+
 -- Exact top-k BM25 over the reader's postings lists, by one of three exact strategies
 -- (docs/bm25.md, "Three strategies"): the scan, the threshold rounds, the pruned rounds.
 --
@@ -598,14 +659,16 @@ begin
            array_agg(q.df order by q.term),
            bool_or(q.pend)
       into terms, ws, dfs, has_pend
-      from (select q.term, q.qtf,
+      from (with qt as materialized (select * from groundkit.query_terms(_search_pruned.query))
+            select q.term, q.qtf,
                    (coalesce((select sum(ts.df) from groundkit.term_stats ts
                                where ts.term = q.term and ts.scope <= v_rank), 0)
                     -- the pending part's chunks, which term_stats counts once they are merged
-                    + (select count(*) from groundkit.pending_postings pp
-                        where pp.term = q.term and pp.stat_scope <= v_rank))::double precision as df,
-                   exists (select 1 from groundkit.pending_postings pp where pp.term = q.term) as pend
-              from groundkit.query_terms(_search_pruned.query) q) q;
+                    + pd.df)::double precision as df,
+                   pd.present as pend
+              from qt q
+              join groundkit._pending_dfs((select array_agg(x.term) from qt x), v_rank) pd
+                on pd.term = q.term) q;
     if terms is null then
         return;
     end if;
@@ -630,35 +693,9 @@ begin
                array_agg(z.object_id order by z.score desc, z.object_id, z.chunk_seq),
                array_agg(z.chunk_seq order by z.score desc, z.object_id, z.chunk_seq)
           into pend_ids, pend_scores, pend_obj, pend_seq
-          from (with scored as materialized (
-                    select pp.chunk_id,
-                           sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * pp.doc_len / v_avgdl))) as score
-                      from unnest(terms, ws) as q(term, w)
-                      join groundkit.pending_postings pp on pp.term = q.term and pp.vis_key = any (buckets)
-                     group by pp.chunk_id
-                ),
-                top as (
-                    select s.score
-                      from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
-                     where exists (select 1 from groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
-                                                                          _search_pruned.content_types,
-                                                                          _search_pruned.space_ids))
-                     limit _search_pruned.k
-                ),
-                theta as (
-                    select case when count(*) < _search_pruned.k then '-infinity'::double precision
-                                else min(t.score) end as t
-                      from top t
-                )
-                select s.chunk_id, s.score, v.object_id, v.chunk_seq
-                  from scored s
-                 cross join theta
-                 cross join lateral groundkit._visible_chunk(s.chunk_id, v_rank, v_member,
-                                                             _search_pruned.content_types,
-                                                             _search_pruned.space_ids) v
-                 where s.score >= theta.t
-                 order by s.score desc, v.object_id, v.chunk_seq
-                 limit _search_pruned.k) z;
+          from groundkit._pending_top(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
+                                      _search_pruned.content_types, _search_pruned.space_ids,
+                                      _search_pruned.k) z;
         raise debug 'groundkit pruned: % pending chunks in the top k of the pending part', cardinality(pend_ids);
     end if;
 

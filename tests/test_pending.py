@@ -320,3 +320,28 @@ def test_reindex_impacts_waits_for_a_merge(community: Groundkit, dsn: str, raw: 
         " where p.imp <> (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real").fetchone()
     assert stale == (0,)
     _answers(raw)
+
+
+def test_plans_made_while_the_pending_part_was_empty_never_scan_it(community: Groundkit, dsn: str, raw: Raw) -> None:
+    """The pending part grows from empty to thousands of rows between merges. Plans cached in a
+    session while it was empty (searches, writers) must still read it by key once it has grown:
+    a sequential scan per term, or per old posting of a write, grows with it."""
+    from tests.test_search_plans import _plans
+
+    gk = community
+    _write(gk, random.Random(10), "a", 40)
+    gk.merge_pending()
+    raw.execute("vacuum analyze groundkit.pending_postings")  # empty, and known to be
+    stmt = "select * from groundkit.search(%s, %s, 10)"
+    for _ in range(8):  # past the plan cache's first custom plans: generic ones from here on
+        for query in QUERIES:
+            raw.execute(stmt, ("t3", query)).fetchall()
+        raw.execute("select groundkit.put_object(object_id => 'a1', version => %s, content_type => 'board_post',"
+                    " space_id => 'open', tier_visibility => 'T0', title => '', body => 'granite granite')",
+                    (int(time.time() * 1000) % 10**9 + _,))
+    _write(gk, random.Random(11), "b", 400)  # thousands of pending postings, no analyze since
+    assert _counts(raw)[0] > 2000
+    plans = _plans(raw, stmt, ("t3", "granite quarry ledge"))
+    plans += _plans(raw, "select groundkit.retier_object('b1', 2, 'T1')", ())
+    scans = [p for p in plans if "Seq Scan on pending_postings" in p]
+    assert not scans, scans

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -215,18 +216,15 @@ def merge(
     """Merge the pending part (the postings of objects written one at a time) into the postings
     and the term statistics. Writers merge it themselves every config.pending_merge_chunks
     chunks; with --every, this runs as a background merger on its own connection."""
-    with Groundkit.connect(dsn) as gk:
+    with Groundkit.connect(dsn) as gk, contextlib.suppress(KeyboardInterrupt):
+        # (an interrupted merge rolls back: the pending part stays as it was)
         while True:
             moved = gk.merge_pending()
+            if every is None or moved:
+                out.print(f"merged {moved} pending posting(s)")
             if every is None:
-                out.print(f"merged {moved} pending posting(s)")
                 return
-            if moved:
-                out.print(f"merged {moved} pending posting(s)")
-            try:
-                time.sleep(every)
-            except KeyboardInterrupt:
-                return
+            time.sleep(every)
 
 
 @app.command()

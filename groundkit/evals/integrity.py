@@ -38,9 +38,9 @@ STRUCTURE: dict[str, str] = {
         union all
         select p.term, p.chunk_id from groundkit.pending_postings p
          where not exists (select 1 from groundkit.chunks c where c.chunk_id = p.chunk_id)""",
-    "a chunk with postings both merged and pending": """
-        select p.chunk_id from groundkit.pending_postings p
-         where exists (select 1 from groundkit.postings q where q.chunk_id = p.chunk_id)""",
+    "a posting both merged and pending": """
+        select p.term, p.chunk_id from groundkit.pending_postings p
+         where exists (select 1 from groundkit.postings q where q.term = p.term and q.chunk_id = p.chunk_id)""",
     "a live object without chunks": """
         select o.object_id from groundkit.objects o
          where o.state = 'live' and not exists (select 1 from groundkit.chunks c where c.object_id = o.object_id)""",
