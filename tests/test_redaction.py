@@ -110,7 +110,9 @@ def derived_mentions(raw: Raw) -> dict[str, int]:
 def test_redaction_scrubs_every_derived_row(written: Groundkit, raw: Raw) -> None:
     gk = written
     mentions = derived_mentions(raw)
-    assert mentions["chunks"] > 0 and mentions["term_stats"] + mentions["pending_postings"] > 0
+    pending = raw.execute("select exists (select 1 from groundkit.pending_postings)").fetchone()
+    # the statistics of the text: in term_stats once merged, in the pending part's rows before
+    assert mentions["chunks"] > 0 and mentions["pending_postings" if pending == (True,) else "term_stats"] > 0
     gk.redact_object("secret", 4)
     gk.redact_object("talk", 2)
     assert derived_mentions(raw) == dict.fromkeys(DERIVED, 0)
