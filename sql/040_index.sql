@@ -116,8 +116,10 @@ begin
           from groundkit.chunks c
          cross join lateral unnest(c.tsv) u
          where c.object_id = any (p_ids) and c.stat_scope is not null
+           -- offset 0 keeps this a probe of the key per posting (an anti join may hash the
+           -- whole part, in a plan cached while it was empty)
            and not exists (select 1 from groundkit.pending_postings pp
-                            where pp.term = u.lexeme and pp.chunk_id = c.chunk_id);
+                            where pp.term = u.lexeme and pp.chunk_id = c.chunk_id offset 0);
         select coalesce(array_agg(x.stat_scope), '{}'), coalesce(array_agg(x.n), '{}'),
                coalesce(array_agg(x.len), '{}')
           into old_scopes, old_counts, old_lens
@@ -125,9 +127,16 @@ begin
                   from groundkit.chunks c
                  where c.object_id = any (p_ids) and c.stat_scope is not null
                  group by c.stat_scope) x;
+        -- by row address, found by a probe of the key per posting (a join may hash the whole
+        -- part, in a plan cached while it was empty)
         delete from groundkit.pending_postings p
-         using groundkit.chunks c, unnest(c.tsv) u
-         where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
+         where p.ctid = any (array(
+               select x.ctid
+                 from groundkit.chunks c
+                cross join lateral unnest(c.tsv) u
+                cross join lateral (select pp.ctid from groundkit.pending_postings pp
+                                     where pp.term = u.lexeme and pp.chunk_id = c.chunk_id offset 0) x
+                where c.object_id = any (p_ids)));
         delete from groundkit.postings p
          using groundkit.chunks c, unnest(c.tsv) u
          where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
