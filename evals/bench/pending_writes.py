@@ -24,6 +24,9 @@ the broad reader's 2-6-term queries run with those chunks pending, ``merge_pendi
 alone (the merge rate), and the same queries run again with the part empty: the search ratio
 is what a full pending part costs a query (the corpus is the same in both runs). One untimed
 pass over the queries comes first.
+
+It also prints each mode's put_object latency (p50, p99, p99.9, max, calls over 100 ms): a
+writer that merges inline pays for the merge in one call.
 """
 
 from __future__ import annotations
@@ -47,10 +50,15 @@ from corpus import PUT_OBJECT_SQL, Corpus
 SEARCH_SQL = "select count(*) from groundkit.search(%s, %s, %s)"
 
 
-def write(conn: psycopg.Connection[Any], objs: Sequence[Any], prefix: str) -> int:
+def write(conn: psycopg.Connection[Any], objs: Sequence[Any], prefix: str,
+          latencies: list[float] | None = None) -> int:
+    """put_object each of ``objs``, one transaction each; each call's ms into ``latencies``."""
     chunks = 0
     for o in objs:
+        t0 = time.perf_counter()
         conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=prefix + o.object_id))
+        if latencies is not None:
+            latencies.append(1000 * (time.perf_counter() - t0))
         chunks += len(o.paragraphs)
     return chunks
 
@@ -91,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     modes = ["direct"] + [f"pending {n}" for n in args.merge_every] + (["merger"] if args.merger_every else [])
     rates: dict[str, list[float]] = {m: [] for m in modes}
+    latency: dict[str, list[float]] = {m: [] for m in modes}
     with copy_of(args.dsn, f"gk_bench_{args.chunks}", "pending") as dsn, \
             psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("select groundkit.merge_pending()")
@@ -111,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 if bg is not None:
                     bg.start()
-                n = write(conn, objs, f"r{r}m{i}-")
+                n = write(conn, objs, f"r{r}m{i}-", latency[mode])
                 if bg is not None:
                     stop.set()
                     bg.join()
@@ -150,6 +159,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  {mode:14s} chunks/s per round: " + ", ".join(f"{x:,.0f}" for x in rs)
               + f"; mean {statistics.fmean(rs):,.0f}; / direct per round: "
               + ", ".join(f"{x / d:.2f}x" for x, d in zip(rs, rates["direct"], strict=True)))
+    print("one put_object's time (ms, every round; the merge that ends a round is not a put_object):")
+    for mode, ls in latency.items():
+        print(f"  {mode:14s} p50 {pct(ls, 50):.1f}, p99 {pct(ls, 99):.1f}, p99.9 {pct(ls, 99.9):.1f}, "
+              f"max {max(ls):.1f}; calls over 100 ms: {sum(x > 100 for x in ls)} of {len(ls):,}")
     for size, sr in searched.items():
         print(f"{size:,} chunks pending: merge_pending() " + ", ".join(f"{x:,.0f}" for x in sr["merge"])
               + f" chunks/s; r100 2-6-term queries ({len(queries)}) pending against none: p50 "
