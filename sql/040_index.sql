@@ -127,16 +127,9 @@ begin
                   from groundkit.chunks c
                  where c.object_id = any (p_ids) and c.stat_scope is not null
                  group by c.stat_scope) x;
-        -- by row address, found by a probe of the key per posting (a join may hash the whole
-        -- part, in a plan cached while it was empty)
         delete from groundkit.pending_postings p
-         where p.ctid = any (array(
-               select x.ctid
-                 from groundkit.chunks c
-                cross join lateral unnest(c.tsv) u
-                cross join lateral (select pp.ctid from groundkit.pending_postings pp
-                                     where pp.term = u.lexeme and pp.chunk_id = c.chunk_id offset 0) x
-                where c.object_id = any (p_ids)));
+         using groundkit.chunks c, unnest(c.tsv) u
+         where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
         delete from groundkit.postings p
          using groundkit.chunks c, unnest(c.tsv) u
          where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
