@@ -88,6 +88,8 @@ declare
     old_scopes integer[] := '{}';
     old_counts bigint[] := '{}';
     old_lens bigint[] := '{}';
+    old_pend_terms text[];
+    old_pend_ids bigint[];
     evs groundkit.content_log[];
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
     pend boolean;
@@ -127,9 +129,17 @@ begin
                   from groundkit.chunks c
                  where c.object_id = any (p_ids) and c.stat_scope is not null
                  group by c.stat_scope) x;
+        -- The old chunks' pending postings: every pair of their ids and their terms is one of
+        -- these postings' keys or no row's. Conditions on the key alone, so every plan probes
+        -- it (a join was planned as a hash of the whole part, in a plan cached while it was
+        -- empty: docs/bm25.md, "The pending part").
+        select coalesce(array_agg(distinct u.lexeme), '{}'), coalesce(array_agg(distinct c.chunk_id), '{}')
+          into old_pend_terms, old_pend_ids
+          from groundkit.chunks c
+         cross join lateral unnest(c.tsv) u
+         where c.object_id = any (p_ids);
         delete from groundkit.pending_postings p
-         using groundkit.chunks c, unnest(c.tsv) u
-         where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
+         where p.term = any (old_pend_terms) and p.chunk_id = any (old_pend_ids);
         delete from groundkit.postings p
          using groundkit.chunks c, unnest(c.tsv) u
          where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
