@@ -111,17 +111,25 @@ begin
         if pend then
             perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
         end if;
-        -- Statistics contributed by the chunks about to be replaced: their lexemes are exactly
-        -- their postings' terms, and term_stats counts those in postings, not the pending ones.
-        select coalesce(array_agg(u.lexeme), '{}'), coalesce(array_agg(c.stat_scope), '{}')
-          into old_terms, old_term_scopes
+        -- One pass over the old chunks' lexemes. The statistics they contributed: their lexemes
+        -- are exactly their postings' terms, and term_stats counts those in postings, not the
+        -- pending ones. Their pending postings' keys: every pair of their ids and their terms is
+        -- one of those keys or no row's, so the delete below has conditions on the key alone and
+        -- every plan probes it (a join was planned as a hash of the whole part, in a plan cached
+        -- while it was empty: docs/bm25.md, "The pending part").
+        select coalesce(array_agg(u.lexeme) filter (where m.merged), '{}'),
+               coalesce(array_agg(c.stat_scope) filter (where m.merged), '{}'),
+               coalesce(array_agg(distinct u.lexeme), '{}'), coalesce(array_agg(distinct c.chunk_id), '{}')
+          into old_terms, old_term_scopes, old_pend_terms, old_pend_ids
           from groundkit.chunks c
          cross join lateral unnest(c.tsv) u
-         where c.object_id = any (p_ids) and c.stat_scope is not null
-           -- offset 0 keeps this a probe of the key per posting (an anti join may hash the
-           -- whole part, in a plan cached while it was empty)
-           and not exists (select 1 from groundkit.pending_postings pp
-                            where pp.term = u.lexeme and pp.chunk_id = c.chunk_id offset 0);
+         -- offset 0 keeps this a probe of the key per posting (an anti join may hash the
+         -- whole part, in a plan cached while it was empty)
+         cross join lateral (select c.stat_scope is not null
+                                    and not exists (select 1 from groundkit.pending_postings pp
+                                                     where pp.term = u.lexeme and pp.chunk_id = c.chunk_id
+                                                    offset 0) as merged) m
+         where c.object_id = any (p_ids);
         select coalesce(array_agg(x.stat_scope), '{}'), coalesce(array_agg(x.n), '{}'),
                coalesce(array_agg(x.len), '{}')
           into old_scopes, old_counts, old_lens
@@ -129,15 +137,6 @@ begin
                   from groundkit.chunks c
                  where c.object_id = any (p_ids) and c.stat_scope is not null
                  group by c.stat_scope) x;
-        -- The old chunks' pending postings: every pair of their ids and their terms is one of
-        -- these postings' keys or no row's. Conditions on the key alone, so every plan probes
-        -- it (a join was planned as a hash of the whole part, in a plan cached while it was
-        -- empty: docs/bm25.md, "The pending part").
-        select coalesce(array_agg(distinct u.lexeme), '{}'), coalesce(array_agg(distinct c.chunk_id), '{}')
-          into old_pend_terms, old_pend_ids
-          from groundkit.chunks c
-         cross join lateral unnest(c.tsv) u
-         where c.object_id = any (p_ids);
         delete from groundkit.pending_postings p
          where p.term = any (old_pend_terms) and p.chunk_id = any (old_pend_ids);
         delete from groundkit.postings p
