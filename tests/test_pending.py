@@ -16,6 +16,7 @@ import pytest
 
 from groundkit import Groundkit
 from groundkit.evals.integrity import structure_problems
+from tests.conftest import waits_for_commit
 
 Raw = psycopg.Connection[tuple[Any, ...]]
 
@@ -213,21 +214,8 @@ def test_a_merge_waits_for_writers_that_replace_chunks_and_writers_skip_a_runnin
         # a new version of a pending object, not committed: it holds the merge lock shared
         writer.execute("select groundkit.put_object(object_id => 'a1', version => 2, content_type => 'board_post',"
                        " space_id => 'open', tier_visibility => 'T0', title => '', body => 'basalt basalt')")
-        done: dict[str, Any] = {}
-
-        def merge() -> None:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                done["moved"] = conn.execute("select groundkit.merge_pending()").fetchone()
-                done["at"] = time.monotonic()
-
-        t = threading.Thread(target=merge)
-        t.start()
-        time.sleep(0.5)
-        assert t.is_alive(), "the merge did not wait for a writer replacing chunks"
-        committed = time.monotonic()
-        writer.commit()
-        t.join(30)
-        assert not t.is_alive() and done["at"] >= committed
+        waits_for_commit(writer, dsn, "select groundkit.merge_pending()",
+                         "the merge did not wait for a writer replacing chunks")
     finally:
         writer.close()
     assert _counts(raw)[0] == 0
@@ -302,19 +290,8 @@ def test_reindex_impacts_waits_for_a_merge(community: Groundkit, dsn: str, raw: 
     _write(gk, random.Random(9), "a", 30)
     with psycopg.connect(dsn) as merging:
         merging.execute("select groundkit.merge_pending()")
-        done: dict[str, Any] = {}
-
-        def reindex() -> None:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                done["n"] = conn.execute("select groundkit.reindex_impacts(55.0)").fetchone()
-
-        t = threading.Thread(target=reindex)
-        t.start()
-        time.sleep(0.5)
-        assert t.is_alive(), "reindex_impacts() did not wait for the merge"
-        merging.commit()
-        t.join(30)
-        assert not t.is_alive()
+        waits_for_commit(merging, dsn, "select groundkit.reindex_impacts(55.0)",
+                         "reindex_impacts() did not wait for the merge")
     stale = raw.execute(
         "select count(*) from groundkit.postings p cross join groundkit.bm25_impact i"
         " where p.imp <> (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real").fetchone()
@@ -383,20 +360,7 @@ def test_a_writer_replaces_chunks_whose_pending_postings_a_concurrent_put_space_
     mover = psycopg.connect(dsn)
     try:
         mover.execute("select groundkit.put_space('moving', 'T2', false)")  # not committed yet
-        done: dict[str, Any] = {}
-
-        def write() -> None:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(put, (2, "slate"))
-                done["at"] = time.monotonic()
-
-        t = threading.Thread(target=write)
-        t.start()
-        time.sleep(0.5)
-        assert t.is_alive(), "the writer did not wait for put_space"
-        mover.commit()
-        t.join(30)
-        assert not t.is_alive() and "at" in done
+        waits_for_commit(mover, dsn, put, "the writer did not wait for put_space", (2, "slate"))
     finally:
         mover.close()
     assert structure_problems(raw) == []  # among them: a posting without its chunk

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from groundkit import Groundkit
+from tests.conftest import waits_for_commit
 
 Raw = psycopg.Connection[tuple[Any, ...]]
 
@@ -123,21 +124,8 @@ def test_term_bits_wait_for_a_writer_in_flight(community: Groundkit, dsn: str, r
                      " body => 'granite stone granite stone granite stone granite')")
         # (another scope and other terms: no statistics row the slow writer holds)
         gk.put_object("fast", 1, "board_post", "members", "T1", "", "basalt")
-        done: dict[str, Any] = {}
-
-        def analyze() -> None:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                done["n"] = conn.execute("select groundkit.analyze_postings(min_postings => 1)").fetchone()
-                done["at"] = time.monotonic()
-
-        t = threading.Thread(target=analyze)
-        t.start()
-        time.sleep(1.0)
-        assert t.is_alive(), "the term bits were made while a writer of a chunk below w_max was in flight"
-        committed = time.monotonic()
-        slow.commit()
-        t.join(30)
-        assert not t.is_alive() and done["at"] >= committed
+        waits_for_commit(slow, dsn, "select groundkit.analyze_postings(min_postings => 1)",
+                         "the term bits were made while a writer of a chunk below w_max was in flight", wait=1.0)
     finally:
         slow.close()
     slow_id = raw.execute("select chunk_id from groundkit.chunks where object_id = 'slow'").fetchone()
