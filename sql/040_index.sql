@@ -243,20 +243,24 @@ begin
     end if;
 
     -- The net change to the statistics, as one statement ordered by key: two writers lock
-    -- counter rows of a shard in the same order and cannot deadlock on them.
-    insert into groundkit.term_stats as t (term, scope, shard, df)
-    select d.term, d.scope, my_shard, sum(d.delta)
-      from (select u.term, u.scope, -1 as delta
-              from unnest(old_terms, old_term_scopes) as u(term, scope)
-            union all
-            select u.lexeme, c.stat_scope, 1
-              from groundkit.chunks c
-             cross join lateral unnest(c.tsv) u
-             where not pend and c.object_id = any (p_ids) and c.stat_scope is not null) d
-     group by d.term, d.scope
-    having sum(d.delta) <> 0
-     order by d.term, d.scope
-    on conflict (term, scope, shard) do update set df = t.df + excluded.df;
+    -- counter rows of a shard in the same order and cannot deadlock on them. A pending write
+    -- that replaced no merged posting has nothing to count here (its postings are counted when
+    -- they are merged): the statement is skipped, not run empty.
+    if not pend or cardinality(old_terms) > 0 then
+        insert into groundkit.term_stats as t (term, scope, shard, df)
+        select d.term, d.scope, my_shard, sum(d.delta)
+          from (select u.term, u.scope, -1 as delta
+                  from unnest(old_terms, old_term_scopes) as u(term, scope)
+                union all
+                select u.lexeme, c.stat_scope, 1
+                  from groundkit.chunks c
+                 cross join lateral unnest(c.tsv) u
+                 where not pend and c.object_id = any (p_ids) and c.stat_scope is not null) d
+         group by d.term, d.scope
+        having sum(d.delta) <> 0
+         order by d.term, d.scope
+        on conflict (term, scope, shard) do update set df = t.df + excluded.df;
+    end if;
 
     insert into groundkit.scope_stats as t (scope, shard, n_chunks, total_len)
     select d.scope, my_shard, sum(d.n), sum(d.len)
