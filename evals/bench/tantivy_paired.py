@@ -1,0 +1,120 @@
+"""groundkit.search against tantivy, query by query, in the same minutes.
+
+    python evals/bench/bench_search.py --dsn URL --chunks 1000000 --keep     # builds gk_bench_1000000
+    python evals/bench/tantivy_paired.py --dsn URL --chunks 1000000 --rounds 3
+
+bench_search.py times tantivy minutes after groundkit.search (after the ts_rank_cd arm and the
+index build), and this machine's speed moves by up to 2x within an hour: tantivy's median for the
+same queries on the same corpus has measured 2.2 ms in some runs and 3.3-3.9 ms in others, which
+moves the "within 5x of tantivy" ratio as much as any change to groundkit. Here the two engines
+take turns: tantivy's index of the same corpus is built first (in process, no permissions, the
+en_stem analyzer, as in bench_search.py), then in every round each query runs once through
+tantivy and once through groundkit.search for each reader, in alternating order, every round in a
+new shuffled query order. So both engines see the same machine at the same moment.
+
+Printed per reader and round, and over all rounds (for 2-6-term queries, as the target has it):
+groundkit's and tantivy's p50, the ratio of those p50s (the target's measure), and the median
+and geometric mean of the per-query ratios (groundkit's time over tantivy's for the same query
+in the same turn). --per-query writes every timing as JSON lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import make_conninfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_search import bench_queries
+from bench_search import READERS, kept_database_args, log, pct, tantivy_index, tantivy_time
+from corpus import Corpus
+
+SEARCH = "select object_id, chunk_seq from groundkit.search(%s, %s, %s)"
+
+
+def search_ms(conn: psycopg.Connection[Any], reader: str, query: str, k: int) -> float:
+    t0 = time.perf_counter()
+    conn.execute(SEARCH, (reader, query, k)).fetchall()
+    return 1000 * (time.perf_counter() - t0)
+
+
+def geomean(xs: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
+
+
+def row(label: str, gk: Sequence[float], tv: Sequence[float]) -> str:
+    ratios = [g / t for g, t in zip(gk, tv, strict=True)]
+    return (f"| {label} | {pct(gk, 50):.2f} | {pct(tv, 50):.2f} | {pct(gk, 50) / pct(tv, 50):.2f}x "
+            f"| {pct(ratios, 50):.2f}x | {geomean(ratios):.2f}x |\n")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    kept_database_args(ap, chunks=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warm-up", type=int, default=50, help="queries run through both engines before timing")
+    ap.add_argument("--per-query", type=Path, help="write every timing here (JSON lines)")
+    args = ap.parse_args(argv)
+
+    dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
+    queries = bench_queries(args.chunks, args.queries, args.seed)
+    index, _ = tantivy_index(Corpus(seed=args.seed), args.chunks)
+    rng = random.Random(args.seed)
+    # per reader and round: groundkit's and tantivy's time (ms) for each 2-6-term query
+    gk: dict[str, list[list[float]]] = {r: [] for r in READERS}
+    tv: dict[str, list[list[float]]] = {r: [] for r in READERS}
+    with (psycopg.connect(dsn, autocommit=True) as conn,
+          args.per_query.open("w") if args.per_query else contextlib.nullcontext() as per_query):
+        nterms = {q: len(conn.execute("select * from groundkit.query_terms(%s)", (q,)).fetchall()) for q in queries}
+        mid = [q for q in queries if 2 <= nterms[q] <= 6]
+        for q in queries[: args.warm_up]:
+            conn.execute(SEARCH, ("r100", q, args.k)).fetchall()
+            tantivy_time(index, q, args.k)
+        for rnd in range(args.rounds):
+            order = mid[:]
+            rng.shuffle(order)
+            for reader in READERS:
+                g_round: list[float] = []
+                t_round: list[float] = []
+                for i, q in enumerate(order):
+                    if (i + rnd) % 2 == 0:
+                        g = search_ms(conn, reader, q, args.k)
+                        t = 1000 * tantivy_time(index, q, args.k)
+                    else:
+                        t = 1000 * tantivy_time(index, q, args.k)
+                        g = search_ms(conn, reader, q, args.k)
+                    g_round.append(g)
+                    t_round.append(t)
+                    if per_query:
+                        per_query.write(json.dumps({"round": rnd + 1, "reader": reader, "query": q,
+                                                    "groundkit_ms": g, "tantivy_ms": t}) + "\n")
+                gk[reader].append(g_round)
+                tv[reader].append(t_round)
+                log(f"  round {rnd + 1}/{args.rounds} {reader}: groundkit p50 {pct(g_round, 50):.2f} ms, "
+                    f"tantivy p50 {pct(t_round, 50):.2f} ms")
+
+    out = sys.stdout
+    out.write(f"\n{len(mid)} queries of 2-6 terms (of {len(queries)}), k = {args.k}, database "
+              f"gk_bench_{args.chunks}; each query through both engines in turn, {args.rounds} rounds\n\n")
+    out.write("| reader, round | groundkit p50 ms | tantivy p50 ms | p50 / p50 | median of per-query ratios "
+              "| geomean of per-query ratios |\n|---|---|---|---|---|---|\n")
+    for reader in READERS:
+        for rnd in range(args.rounds):
+            out.write(row(f"{reader}, {rnd + 1}", gk[reader][rnd], tv[reader][rnd]))
+        out.write(row(f"{reader}, all", [x for r in gk[reader] for x in r], [x for r in tv[reader] for x in r]))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
