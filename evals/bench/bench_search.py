@@ -12,7 +12,9 @@ the synthetic community corpus of evals/bench/corpus.py loaded through the bulk 
   cache), the last one is reported as warm, with the blocks each pass read into shared_buffers;
 - the same queries through ts_rank_cd (GIN index on chunks.tsv, OR of the query lexemes) with
   the same permission predicate inside the query;
-- tantivy in process over the same chunks, no permissions (engine-speed reference);
+- tantivy in process over the same chunks, no permissions (engine-speed reference; timed after
+  the other arms, so machine drift moves the ratio: evals/bench/tantivy_paired.py times the two
+  engines in turns on a kept database);
 - optionally the exhaustive BM25 path (--exhaustive) to show what pruning saves;
 - ingest: chunks/s through the bulk path, through put_object one object per transaction, and
   with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock); the
@@ -585,7 +587,8 @@ def report(results: list[dict[str, Any]]) -> None:
             tv = r["tantivy"]
             out.write(f"\ntantivy (no permissions, en_stem): p50 / p95 {tv['all']['p50_ms']:.2f} / "
                       f"{tv['all']['p95_ms']:.2f} ms all, {tv['2-6']['p50_ms']:.2f} / {tv['2-6']['p95_ms']:.2f} ms "
-                      f"2-6 terms; index build {tv['chunks_per_s']:,.0f} chunks/s\n")
+                      f"2-6 terms; index build {tv['chunks_per_s']:,.0f} chunks/s (timed minutes after groundkit's "
+                      "passes: evals/bench/tantivy_paired.py times both engines in turns)\n")
         b = r["bulk"]
         s = r["single"]
         out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "
