@@ -138,17 +138,21 @@ def test_pending_content_a_reader_cannot_see_changes_none_of_its_scores(communit
     gk = community
     _write(gk, random.Random(5), "a", 40)
     gk.merge_pending()
-    t0_before = {q: raw.execute("select chunk_id, score from groundkit._search_pruned('t0', %s, 10)",
-                                (q,)).fetchall() for q in QUERIES}
+    def t0_answers() -> dict[tuple[str, str, int], list[tuple[str, float]]]:
+        return {("t0", q, 10): [(str(c), float(sc)) for c, sc in raw.execute(
+                    "select chunk_id, score from groundkit._search_pruned('t0', %s, 10)", (q,)).fetchall()]
+                for q in QUERIES}
+
+    t0_before = t0_answers()
     for i in range(30):
         gk.put_object(f"hidden{i}", 1, "board_post", "open", "T3", "", "granite granite quarry basalt")
         gk.put_object(f"vault{i}", 1, "board_post", "vault", "T0", "", "granite quarry obsidian")
         gk.put_object(f"note{i}", 1, "member_note", "open", "T0", "", "granite ledge", owner_sub="t3",
                       owner_only=True)
     assert _counts(raw)[0] > 0
-    for q in QUERIES:
-        assert raw.execute("select chunk_id, score from groundkit._search_pruned('t0', %s, 10)",
-                           (q,)).fetchall() == t0_before[q]
+    # equal up to the last bits a plan made on other statistics may sum differently (a leak
+    # would move a document frequency, and the scores far more than that)
+    _same(t0_before, t0_answers())
     # and the readers who may see it do: the pending chunks are in their answers
     t3 = raw.execute("select count(*) from groundkit._search_pruned('t3', 'granite basalt', 10) r"
                      " join groundkit.chunks c using (chunk_id) where c.object_id like 'hidden%%'").fetchone()
@@ -179,7 +183,10 @@ def test_chunks_replaced_deleted_redacted_and_moved_while_pending(community: Gro
             row = conn.execute("select groundkit.state_checksum()").fetchone()
             assert row is not None and row[0] == checksum
             conn.rollback()
-        assert _answers(raw) == answers
+        # the same data with fresh statistics (autovacuum may analyze meanwhile anyway): another
+        # plan can sum in another order, last-bit differences and ties, as between the parts
+        raw.execute("analyze")
+        _same(answers, _answers(raw))
 
     # new versions: of a merged object (its postings leave postings and term_stats) and of a
     # pending one (its pending postings go), both written pending
