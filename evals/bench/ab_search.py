@@ -20,7 +20,6 @@ import contextlib
 import json
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -34,11 +33,10 @@ from psycopg.conninfo import make_conninfo
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search import READERS, kept_database_args, log, pct, sample_for_queries
 from corpus import Corpus, Obj
-from sqlsource import function_source
+from sqlsource import function_source, repo_file
 
 import groundkit
 
-ROOT = Path(__file__).resolve().parents[2]
 AB_NAME = "_search_pruned_ab"
 
 
@@ -47,8 +45,7 @@ def baseline_function(rev: str, helpers: Sequence[str] = ()) -> str:
     (names of other functions of sql/060_search.sql), their text at ``rev`` too, each renamed
     with an ``_ab`` suffix, and every call of them in the baseline's text renamed alike: for a
     change that alters what a helper returns, the baseline then runs its own helpers."""
-    text = subprocess.run(["git", "show", f"{rev}:sql/060_search.sql"], cwd=ROOT, check=True,
-                          capture_output=True, text=True).stdout
+    text = repo_file("sql/060_search.sql", rev)
     sources = [function_source(text, "_search_pruned").replace("_search_pruned", AB_NAME)]
     sources += [function_source(text, h) for h in helpers]
     if not helpers:

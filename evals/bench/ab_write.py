@@ -18,7 +18,6 @@ functions are installed at the end.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 import uuid
@@ -32,8 +31,8 @@ from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import PUT_OBJECT_SQL, Corpus, Obj
+from sqlsource import repo_file
 
-ROOT = Path(__file__).resolve().parents[2]
 FILES = ["sql/040_index.sql", "sql/055_bulk.sql"]
 
 
@@ -63,9 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=4711)
     args = ap.parse_args(argv)
 
-    baseline = "\n".join(subprocess.run(["git", "show", f"{args.baseline_rev}:{f}"], cwd=ROOT, check=True,
-                                        capture_output=True, text=True).stdout for f in FILES)
-    current = "\n".join((ROOT / f).read_text() for f in FILES)
+    baseline = "\n".join(repo_file(f, args.baseline_rev) for f in FILES)
+    current = "\n".join(repo_file(f) for f in FILES)
     per_write = args.single or args.batch
     n_writes = 4 * args.blocks
     objs: list[Obj] = []

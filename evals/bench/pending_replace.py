@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -27,20 +26,14 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_search import copy_of, kept_database_args, log, pct
 from corpus import PUT_OBJECT_SQL, Corpus
-from sqlsource import function_source
+from sqlsource import function_source, repo_file
 
-ROOT = Path(__file__).resolve().parents[2]
 TIERS = ["T0", "T1", "T2", "T3"]
 
 
 def source_at(rev: str | None) -> str:
     """``_materialize_many``'s CREATE FUNCTION text at ``rev`` (None: the working tree)."""
-    if rev is None:
-        text = (ROOT / "sql" / "040_index.sql").read_text()
-    else:
-        text = subprocess.run(["git", "show", f"{rev}:sql/040_index.sql"], cwd=ROOT, check=True,
-                              capture_output=True, text=True).stdout
-    return function_source(text, "_materialize_many")
+    return function_source(repo_file("sql/040_index.sql", rev), "_materialize_many")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import random
 import statistics
 import sys
@@ -51,14 +50,10 @@ def search_ms(conn: psycopg.Connection[Any], reader: str, query: str, k: int) ->
     return 1000 * (time.perf_counter() - t0)
 
 
-def geomean(xs: Sequence[float]) -> float:
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
-
-
 def row(label: str, gk: Sequence[float], tv: Sequence[float]) -> str:
     ratios = [g / t for g, t in zip(gk, tv, strict=True)]
     return (f"| {label} | {pct(gk, 50):.2f} | {pct(tv, 50):.2f} | {pct(gk, 50) / pct(tv, 50):.2f}x "
-            f"| {pct(ratios, 50):.2f}x | {geomean(ratios):.2f}x |\n")
+            f"| {pct(ratios, 50):.2f}x | {statistics.geometric_mean(ratios):.2f}x |\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
