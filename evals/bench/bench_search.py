@@ -12,16 +12,20 @@ the synthetic community corpus of evals/bench/corpus.py loaded through the bulk 
   cache), the last one is reported as warm, with the blocks each pass read into shared_buffers;
 - the same queries through ts_rank_cd (GIN index on chunks.tsv, OR of the query lexemes) with
   the same permission predicate inside the query;
-- tantivy in process over the same chunks, no permissions (engine-speed reference; timed after
-  the other arms, so machine drift moves the ratio: evals/bench/tantivy_paired.py times the two
-  engines in turns on a kept database);
+- tantivy in process over the same chunks, no permissions (engine-speed reference), timed twice:
+  alone after the other arms, which is the table's column (machine drift over those minutes moves
+  that ratio), and then in turns with groundkit.search (--turns rounds after one untimed round:
+  each 2-6-term query once through each engine, in alternating order, both seeing the same
+  machine at the same moment; evals/bench/tantivy_paired.py runs more rounds on a kept database);
 - optionally the exhaustive BM25 path (--exhaustive) to show what pruning saves;
 - ingest: chunks/s through the bulk path, through put_object one object per transaction, and
   with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock); the
   put_object figures include the merges of the pending part, the writers' own and one
   merge_pending() at the end for what they left (docs/bm25.md, "The pending part");
 - retier_object, delete_object and redact_object, one object per transaction (20 each, on
-  objects put_object wrote): mean and max ms.
+  objects put_object wrote): mean and max ms;
+- the machine's CPU steal during the load, each pass and tantivy's timings (Linux /proc/stat):
+  this machine is a shared virtual one, and its speed moves between runs.
 
 Ratios are printed next to absolute times. Progress lines go to stderr with known totals.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import statistics
 import sys
 import tempfile
@@ -372,6 +377,25 @@ def concurrent_ingest(dsn: str, corpus: Corpus, writers: int, seconds: float, ta
             "lock_wait_share": lock_waits / samples if samples else 0.0}
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(all, steal) CPU time of the machine so far, in clock ticks, from /proc/stat (Linux; None
+    elsewhere). Steal is time the hypervisor gave this machine's virtual CPUs to someone else: a
+    slow stretch that steal explains shows here."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal [guest guest_nice, already counted in user]
+    return sum(fields[:8]), fields[7] if len(fields) > 7 else 0
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[0] <= before[0]:
+        return None
+    return (after[1] - before[1]) / (after[0] - before[0])
+
+
 def groundkit_blocks(conn: psycopg.Connection[Any]) -> tuple[float, float]:
     """groundkit's blocks read into shared_buffers so far (from the OS or the disk: what a cold cache
     costs) and found there, this database. Flushes this backend's counts and clears the statistics
@@ -437,10 +461,70 @@ def tantivy_time(index: Any, query: str, k: int, repeat: int = 1) -> float:
     return best
 
 
-def tantivy_bench(corpus: Corpus, n_chunks: int, queries: Sequence[str], k: int) -> dict[str, Any]:
+def tantivy_bench(corpus: Corpus, n_chunks: int, queries: Sequence[str], k: int) -> tuple[dict[str, Any], Any]:
+    """tantivy's times for queries, alone, and its index (for the rounds in turns)."""
     index, build_s = tantivy_index(corpus, n_chunks)
     lat = [tantivy_time(index, q, k) for q in queries]
-    return {"build_s": build_s, "chunks_per_s": n_chunks / build_s, "lat": lat}
+    return {"build_s": build_s, "chunks_per_s": n_chunks / build_s, "lat": lat}, index
+
+
+SEARCH_IDS_SQL = "select object_id, chunk_seq from groundkit.search(%s, %s, %s)"
+Turns = dict[str, tuple[list[list[float]], list[list[float]]]]
+"""Per reader: groundkit's and tantivy's times (ms), one list per round, in the same query order."""
+
+
+def search_ms(conn: psycopg.Connection[Any], reader: str, query: str, k: int) -> float:
+    t0 = time.perf_counter()
+    conn.execute(SEARCH_IDS_SQL, (reader, query, k)).fetchall()
+    return 1000 * (time.perf_counter() - t0)
+
+
+def in_turns(conn: psycopg.Connection[Any], index: Any, queries: Sequence[str], k: int, rounds: int,
+             warm_up_rounds: int = 1, seed: int = 7,
+             on_timing: Callable[[int, str, str, float, float], None] | None = None) -> Turns:
+    """groundkit.search and tantivy in turns: in every round each query runs once through tantivy and
+    once through groundkit.search for each reader, in alternating order, the queries shuffled anew
+    each round, so both engines see the same machine at the same moment. ``warm_up_rounds``
+    untimed rounds come first: building tantivy's index takes memory that held the database's
+    pages. ``on_timing(round, reader, query, groundkit_ms, tantivy_ms)`` sees every timing."""
+    for _ in range(warm_up_rounds):
+        for reader in READERS:
+            for q in queries:
+                search_ms(conn, reader, q, k)
+                tantivy_time(index, q, k)
+    rng = random.Random(seed)
+    out: Turns = {r: ([], []) for r in READERS}
+    for rnd in range(rounds):
+        order = list(queries)
+        rng.shuffle(order)
+        for reader in READERS:
+            g_round: list[float] = []
+            t_round: list[float] = []
+            for i, q in enumerate(order):
+                if (i + rnd) % 2 == 0:
+                    g = search_ms(conn, reader, q, k)
+                    t = 1000 * tantivy_time(index, q, k)
+                else:
+                    t = 1000 * tantivy_time(index, q, k)
+                    g = search_ms(conn, reader, q, k)
+                g_round.append(g)
+                t_round.append(t)
+                if on_timing is not None:
+                    on_timing(rnd + 1, reader, q, g, t)
+            out[reader][0].append(g_round)
+            out[reader][1].append(t_round)
+            log(f"  in turns, round {rnd + 1}/{rounds} {reader}: groundkit p50 {pct(g_round, 50):.2f} ms, "
+                f"tantivy p50 {pct(t_round, 50):.2f} ms")
+    return out
+
+
+def turns_summary(gk: Sequence[float], tv: Sequence[float]) -> dict[str, float]:
+    """p50s of both engines' times (ms) in turns, the ratio of those p50s (the target's measure),
+    and the median and geometric mean of the per-query ratios."""
+    ratios = [g / t for g, t in zip(gk, tv, strict=True)]
+    return {"groundkit_p50_ms": pct(gk, 50), "tantivy_p50_ms": pct(tv, 50),
+            "p50_ratio": pct(gk, 50) / pct(tv, 50), "median_ratio": pct(ratios, 50),
+            "geomean_ratio": statistics.geometric_mean(ratios), "n": len(ratios)}
 
 
 def summarize(lat: Sequence[float], mask: Sequence[bool] | None = None) -> dict[str, float]:
@@ -459,7 +543,9 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
         with psycopg.connect(dsn, autocommit=True) as conn:
             populate_authority(conn, corpus)
             sample: list[Obj] = []
+            cpu0 = cpu_times()
             res["bulk"] = bulk_load(dsn, corpus, n_chunks, args.batch_chunks, args.loaders, sample)
+            res["bulk"]["steal_share"] = steal_share(cpu0, cpu_times())
             log(f"  bulk: {res['bulk']['bulk_chunks_per_s']:,.0f} chunks/s")
             res["vacuum_s"], _ = timed(lambda: conn.execute("vacuum analyze"))
             # the postings lists' sketches, of the whole corpus (reindex_impacts made them after the
@@ -492,9 +578,11 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
                 this = {}
                 for r in READERS:
                     before = groundkit_blocks(conn)[0]
+                    cpu0 = cpu_times()
                     gk = run_queries(conn, search_sql, r, queries, args.k, f"groundkit.search {r} (pass {pas})")
                     this[r] = {"all": summarize(gk), "2-6": summarize(gk, mid), "lat": gk,
-                               "blocks_read_per_query": (groundkit_blocks(conn)[0] - before) / len(queries)}
+                               "blocks_read_per_query": (groundkit_blocks(conn)[0] - before) / len(queries),
+                               "steal_share": steal_share(cpu0, cpu_times())}
                 res["passes"].append(this)
             # the first pass, as every run before --passes reported it; the last one: warm
             res["search"] = res["passes"][0]
@@ -523,9 +611,23 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
             res["concurrent"].append(c)
 
         if not args.no_tantivy:
-            t = tantivy_bench(Corpus(seed=args.seed), n_chunks, queries, args.k)
+            cpu0 = cpu_times()
+            t, index = tantivy_bench(Corpus(seed=args.seed), n_chunks, queries, args.k)
+            t["steal_share"] = steal_share(cpu0, cpu_times())
             res["tantivy"] = {"build_s": t["build_s"], "chunks_per_s": t["chunks_per_s"],
-                              "all": summarize(t["lat"]), "2-6": summarize(t["lat"], mid), "lat": t["lat"]}
+                              "steal_share": t["steal_share"], "all": summarize(t["lat"]),
+                              "2-6": summarize(t["lat"], mid), "lat": t["lat"]}
+            if args.turns > 0:
+                cpu0 = cpu_times()
+                with psycopg.connect(dsn, autocommit=True) as conn:
+                    turns = in_turns(conn, index, [q for q, m in zip(queries, mid, strict=True) if m], args.k,
+                                     args.turns, seed=args.seed)
+                res["turns"] = {r: {"rounds": [turns_summary(g, t) for g, t in zip(*turns[r], strict=True)],
+                                    "all": turns_summary([x for g in turns[r][0] for x in g],
+                                                         [x for t in turns[r][1] for x in t])}
+                                for r in READERS}
+                res["turns_steal_share"] = steal_share(cpu0, cpu_times())
+            del index
         res["mid_mask"] = mid
     finally:
         if not args.keep:
@@ -588,7 +690,29 @@ def report(results: list[dict[str, Any]]) -> None:
             out.write(f"\ntantivy (no permissions, en_stem): p50 / p95 {tv['all']['p50_ms']:.2f} / "
                       f"{tv['all']['p95_ms']:.2f} ms all, {tv['2-6']['p50_ms']:.2f} / {tv['2-6']['p95_ms']:.2f} ms "
                       f"2-6 terms; index build {tv['chunks_per_s']:,.0f} chunks/s (timed minutes after groundkit's "
-                      "passes: evals/bench/tantivy_paired.py times both engines in turns)\n")
+                      "passes)\n")
+        if "turns" in r:
+            rounds = len(next(iter(r["turns"].values()))["rounds"])
+            out.write(f"\ngroundkit.search and tantivy in turns (2-6 terms, {rounds} rounds after one untimed, "
+                      "each query through both engines in alternating order; the target's measure is the "
+                      "ratio of the p50s)\n\n| reader | groundkit p50 ms | tantivy p50 ms | p50 / p50 "
+                      "| per round | median / geomean of per-query ratios |\n|---|---|---|---|---|---|\n")
+            for reader, v in r["turns"].items():
+                a = v["all"]
+                per_round = ", ".join(f"{x['p50_ratio']:.2f}x" for x in v["rounds"])
+                out.write(f"| {reader} | {a['groundkit_p50_ms']:.2f} | {a['tantivy_p50_ms']:.2f} "
+                          f"| {a['p50_ratio']:.2f}x | {per_round} "
+                          f"| {a['median_ratio']:.2f}x / {a['geomean_ratio']:.2f}x |\n")
+        def share(x: float | None) -> str:
+            return "-" if x is None else f"{100 * x:.1f}%"
+
+        steals = [f"pass {i} " + " / ".join(share(p[reader].get("steal_share")) for reader in r["visible"])
+                  for i, p in enumerate(r.get("passes", []), 1)]
+        out.write("\nCPU steal (/proc/stat: time the hypervisor gave this machine's CPUs to others), r100 / r50 / "
+                  "r5: " + ", ".join(steals)
+                  + f"; bulk load {share(r['bulk'].get('steal_share'))}"
+                  + (f"; tantivy alone {share(r['tantivy'].get('steal_share'))}" if "tantivy" in r else "")
+                  + (f"; in turns {share(r.get('turns_steal_share'))}" if "turns" in r else "") + "\n")
         b = r["bulk"]
         s = r["single"]
         out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "
@@ -626,6 +750,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "(a cold cache after the load), the last is reported as warm")
     ap.add_argument("--exhaustive", action="store_true", help="also time the exhaustive BM25 path")
     ap.add_argument("--no-tantivy", action="store_true")
+    ap.add_argument("--turns", type=int, default=2,
+                    help="rounds of groundkit.search and tantivy in turns, after tantivy alone (0: none)")
     ap.add_argument("--keep", action="store_true", help="keep the benchmark databases (with --dsn)")
     ap.add_argument("--json", type=Path, help="write all measurements here")
     args = ap.parse_args(argv)

@@ -25,35 +25,23 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import random
-import statistics
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import psycopg
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
-from bench_search import READERS, kept_database_args, log, pct, tantivy_index, tantivy_time
+from bench_search import READERS, in_turns, kept_database_args, tantivy_index, turns_summary
 from corpus import Corpus
-
-SEARCH = "select object_id, chunk_seq from groundkit.search(%s, %s, %s)"
-
-
-def search_ms(conn: psycopg.Connection[Any], reader: str, query: str, k: int) -> float:
-    t0 = time.perf_counter()
-    conn.execute(SEARCH, (reader, query, k)).fetchall()
-    return 1000 * (time.perf_counter() - t0)
 
 
 def row(label: str, gk: Sequence[float], tv: Sequence[float]) -> str:
-    ratios = [g / t for g, t in zip(gk, tv, strict=True)]
-    return (f"| {label} | {pct(gk, 50):.2f} | {pct(tv, 50):.2f} | {pct(gk, 50) / pct(tv, 50):.2f}x "
-            f"| {pct(ratios, 50):.2f}x | {statistics.geometric_mean(ratios):.2f}x |\n")
+    s = turns_summary(gk, tv)
+    return (f"| {label} | {s['groundkit_p50_ms']:.2f} | {s['tantivy_p50_ms']:.2f} | {s['p50_ratio']:.2f}x "
+            f"| {s['median_ratio']:.2f}x | {s['geomean_ratio']:.2f}x |\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,41 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
     queries = bench_queries(args.chunks, args.queries, args.seed)
     index, _ = tantivy_index(Corpus(seed=args.seed), args.chunks)
-    rng = random.Random(args.seed)
-    # per reader and round: groundkit's and tantivy's time (ms) for each 2-6-term query
-    gk: dict[str, list[list[float]]] = {r: [] for r in READERS}
-    tv: dict[str, list[list[float]]] = {r: [] for r in READERS}
     with (psycopg.connect(dsn, autocommit=True) as conn,
           args.per_query.open("w") if args.per_query else contextlib.nullcontext() as per_query):
         nterms = {q: len(conn.execute("select * from groundkit.query_terms(%s)", (q,)).fetchall()) for q in queries}
         mid = [q for q in queries if 2 <= nterms[q] <= 6]
-        for _ in range(args.warm_up_rounds):
-            for reader in READERS:
-                for q in mid:
-                    search_ms(conn, reader, q, args.k)
-                    tantivy_time(index, q, args.k)
-        for rnd in range(args.rounds):
-            order = mid[:]
-            rng.shuffle(order)
-            for reader in READERS:
-                g_round: list[float] = []
-                t_round: list[float] = []
-                for i, q in enumerate(order):
-                    if (i + rnd) % 2 == 0:
-                        g = search_ms(conn, reader, q, args.k)
-                        t = 1000 * tantivy_time(index, q, args.k)
-                    else:
-                        t = 1000 * tantivy_time(index, q, args.k)
-                        g = search_ms(conn, reader, q, args.k)
-                    g_round.append(g)
-                    t_round.append(t)
-                    if per_query:
-                        per_query.write(json.dumps({"round": rnd + 1, "reader": reader, "query": q,
-                                                    "groundkit_ms": g, "tantivy_ms": t}) + "\n")
-                gk[reader].append(g_round)
-                tv[reader].append(t_round)
-                log(f"  round {rnd + 1}/{args.rounds} {reader}: groundkit p50 {pct(g_round, 50):.2f} ms, "
-                    f"tantivy p50 {pct(t_round, 50):.2f} ms")
+
+        def write(rnd: int, reader: str, q: str, g: float, t: float) -> None:
+            if per_query:
+                per_query.write(json.dumps({"round": rnd, "reader": reader, "query": q,
+                                            "groundkit_ms": g, "tantivy_ms": t}) + "\n")
+
+        turns = in_turns(conn, index, mid, args.k, args.rounds, args.warm_up_rounds, args.seed, write)
 
     out = sys.stdout
     out.write(f"\n{len(mid)} queries of 2-6 terms (of {len(queries)}), k = {args.k}, database "
@@ -110,11 +74,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.write("| reader, round | groundkit p50 ms | tantivy p50 ms | p50 / p50 | median of per-query ratios "
               "| geomean of per-query ratios |\n|---|---|---|---|---|---|\n")
     for reader in READERS:
+        gk, tv = turns[reader]
         for rnd in range(args.rounds):
-            out.write(row(f"{reader}, {rnd + 1}", gk[reader][rnd], tv[reader][rnd]))
-        out.write(row(f"{reader}, all", [x for r in gk[reader] for x in r], [x for r in tv[reader] for x in r]))
+            out.write(row(f"{reader}, {rnd + 1}", gk[rnd], tv[rnd]))
+        out.write(row(f"{reader}, all", [x for r in gk for x in r], [x for r in tv for x in r]))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())
