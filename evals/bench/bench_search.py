@@ -613,9 +613,8 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
         if not args.no_tantivy:
             cpu0 = cpu_times()
             t, index = tantivy_bench(Corpus(seed=args.seed), n_chunks, queries, args.k)
-            t["steal_share"] = steal_share(cpu0, cpu_times())
             res["tantivy"] = {"build_s": t["build_s"], "chunks_per_s": t["chunks_per_s"],
-                              "steal_share": t["steal_share"], "all": summarize(t["lat"]),
+                              "steal_share": steal_share(cpu0, cpu_times()), "all": summarize(t["lat"]),
                               "2-6": summarize(t["lat"], mid), "lat": t["lat"]}
             if args.turns > 0:
                 cpu0 = cpu_times()
@@ -643,6 +642,11 @@ def ratio_same_queries(slow: Sequence[float], fast: Sequence[float], mask: Seque
     if not s:
         return float("nan"), float("nan")
     return pct(s, 50) / pct(f, 50), statistics.fmean(s) / statistics.fmean(f)
+
+
+def share(x: float | None) -> str:
+    """A steal share as a percentage ('-' where /proc/stat was not there to read)."""
+    return "-" if x is None else f"{100 * x:.1f}%"
 
 
 def report(results: list[dict[str, Any]]) -> None:
@@ -703,9 +707,6 @@ def report(results: list[dict[str, Any]]) -> None:
                 out.write(f"| {reader} | {a['groundkit_p50_ms']:.2f} | {a['tantivy_p50_ms']:.2f} "
                           f"| {a['p50_ratio']:.2f}x | {per_round} "
                           f"| {a['median_ratio']:.2f}x / {a['geomean_ratio']:.2f}x |\n")
-        def share(x: float | None) -> str:
-            return "-" if x is None else f"{100 * x:.1f}%"
-
         steals = [f"pass {i} " + " / ".join(share(p[reader].get("steal_share")) for reader in r["visible"])
                   for i, p in enumerate(r.get("passes", []), 1)]
         out.write("\nCPU steal (/proc/stat: time the hypervisor gave this machine's CPUs to others), r100 / r50 / "
