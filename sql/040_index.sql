@@ -16,28 +16,37 @@ as $$
     )::text, 'UTF8')), 'hex')
 $$;
 
--- Chunks of one payload, with the chunker version that produced them.
+-- Chunks of one payload, with the chunker version that produced them. PL/pgSQL, which plans
+-- its statements once a session: the SQL function it replaces (a union of three branches; not
+-- inlinable, since it pins search_path) was planned afresh at every call unless the caller
+-- forced generic plans, as _materialize_many does, about 55 µs a call (docs/bm25.md, "The floor
+-- of a bulk write, any layout").
 create or replace function groundkit._chunks_of(
     content_type text, body text, segments jsonb, max_chars integer, overlap_chars integer)
 returns table (chunk_seq integer, content text, start_ms bigint, end_ms bigint, chunker_version text)
-language sql immutable
+language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-    select s.chunk_seq, s.content, s.start_ms, s.end_ms, 'gk-segments-1'
-      from groundkit.chunk_segments(segments, max_chars, overlap_chars) s
-     where content_type = 'transcript' and segments is not null
-    union all
-    -- A body that fits one window is one chunk: chunk_text's own result, without its loop.
-    select 0, btrim(body, E' \n\r\t'), null::bigint, null::bigint, 'gk-text-1'
-     where not (content_type = 'transcript' and segments is not null)
-       and coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
-                    and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false)
-    union all
-    select t.chunk_seq, t.content, null::bigint, null::bigint, 'gk-text-1'
-      from groundkit.chunk_text(body, max_chars, overlap_chars) t
-     where not (content_type = 'transcript' and segments is not null)
-       and not coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
-                        and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false)
+begin
+    if coalesce(content_type = 'transcript' and segments is not null, false) then
+        return query
+            select s.chunk_seq, s.content, s.start_ms, s.end_ms, 'gk-segments-1'::text
+              from groundkit.chunk_segments(segments, max_chars, overlap_chars) s;
+    elsif coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
+                   and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false) then
+        -- A body that fits one window is one chunk: chunk_text's own result, without its loop.
+        chunk_seq := 0;
+        content := btrim(body, E' \n\r\t');
+        start_ms := null;
+        end_ms := null;
+        chunker_version := 'gk-text-1';
+        return next;
+    else
+        return query
+            select t.chunk_seq, t.content, null::bigint, null::bigint, 'gk-text-1'::text
+              from groundkit.chunk_text(body, max_chars, overlap_chars) t;
+    end if;
+end
 $$;
 
 -- The visibility bucket of a chunk (postings.vis_key, docs/bm25.md): the tier rank shared

@@ -154,6 +154,47 @@ def test_chunk_text_rejects_bad_sizes(chunker: Raw) -> None:
         assert info.value.sqlstate == "GK005"
 
 
+
+def chunks_of(raw: Raw, content_type: str, body: str, segments: list[dict[str, Any]] | None, max_chars: int,
+              overlap: int) -> list[tuple[Any, ...]]:
+    return raw.execute(
+        "select chunk_seq, content, start_ms, end_ms, chunker_version from groundkit._chunks_of(%s, %s, %s, %s, %s)",
+        (content_type, body, Jsonb(segments) if segments is not None else None, max_chars, overlap),
+    ).fetchall()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    body=st.one_of(separator_free, with_separators, st.sampled_from(["", " ", "\n\n", " a ", "a" * 60])),
+    max_chars=st.integers(1, 60),
+    overlap_fraction=st.floats(0, 0.99),
+    content_type=st.sampled_from(["post", "transcript"]),
+)
+def test_chunks_of_is_one_window_or_chunk_text(
+    chunker: Raw, body: str, max_chars: int, overlap_fraction: float, content_type: str
+) -> None:
+    """What a write chunks with (groundkit._chunks_of): a body that fits one window is that window,
+    trimmed; any other body, and a transcript given as a body, is chunk_text's result. Guards the
+    PL/pgSQL form of _chunks_of, which replaced a SQL union of three branches."""
+    overlap = min(int(max_chars * overlap_fraction), max_chars - 1)
+    rows = chunks_of(chunker, content_type, body, None, max_chars, overlap)
+    assert all(r[2:] == (None, None, "gk-text-1") for r in rows)
+    assert [r[:2] for r in rows] == list(enumerate(chunk_text(chunker, body, max_chars, overlap)))
+    if len(body) <= max_chars and body.strip(TRIM):
+        assert [r[1] for r in rows] == [body.strip(TRIM)]
+
+
+def test_chunks_of_uses_segments_for_transcripts_and_rejects_bad_sizes(chunker: Raw) -> None:
+    segments = [{"start_ms": 0, "end_ms": 10, "text": "intro"}, {"start_ms": 10, "end_ms": 20, "text": "more"}]
+    assert chunks_of(chunker, "transcript", "ignored body", segments, 100, 10) == [
+        (0, "intro more", 0, 20, "gk-segments-1")]
+    for max_chars, overlap in [(0, 0), (10, 10), (10, -1)]:
+        with pytest.raises(psycopg.Error) as info:
+            chunks_of(chunker, "post", "some text", None, max_chars, overlap)
+        assert info.value.sqlstate == "GK005"
+        chunker.rollback()
+
+
 # -- transcripts -----------------------------------------------------------------------------
 
 
