@@ -25,7 +25,12 @@ the synthetic community corpus of evals/bench/corpus.py loaded through the bulk 
 - retier_object, delete_object and redact_object, one object per transaction (20 each, on
   objects put_object wrote): mean and max ms;
 - the machine's CPU steal during the load, each pass and tantivy's timings (Linux /proc/stat):
-  this machine is a shared virtual one, and its speed moves between runs.
+  this machine is a shared virtual one, and its speed moves between runs;
+- before and after each reader's pass, how much two busy backends get done at once relative to
+  one alone (2.0: both CPUs free). The broad reader's slowest queries read in two processes
+  (docs/bm25.md, "Merged reads in parallel") and tantivy in one, so a second CPU taken by
+  another tenant of the host slows groundkit's tail and not tantivy's; CPU steal does not always
+  show that.
 
 Ratios are printed next to absolute times. Progress lines go to stderr with known totals.
 """
@@ -396,6 +401,40 @@ def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -
     return (after[1] - before[1]) / (after[0] - before[0])
 
 
+SCALING_SQL = "select sum(sqrt(i::float8) * ln(i::float8 + 1)) from generate_series(1, 1000000) i"
+
+
+def two_backend_scaling(dsn: str) -> float:
+    """What two busy backends get done at once relative to one alone: about 2.0 when both CPUs are
+    free, less when something else takes part of one. A fixed CPU-bound statement without I/O
+    (about 0.2 s), timed alone and then in two sessions at once; 2 x alone / wall time."""
+    conns = [psycopg.connect(dsn, autocommit=True) for _ in range(2)]
+    try:
+        for c in conns:
+            c.execute("set max_parallel_workers_per_gather = 0")
+            c.execute(SCALING_SQL)
+        t0 = time.perf_counter()
+        conns[0].execute(SCALING_SQL)
+        alone = time.perf_counter() - t0
+        start = threading.Barrier(3)
+
+        def run(c: psycopg.Connection[Any]) -> None:
+            start.wait()
+            c.execute(SCALING_SQL)
+
+        threads = [threading.Thread(target=run, args=(c,)) for c in conns]
+        for t in threads:
+            t.start()
+        start.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        return 2 * alone / (time.perf_counter() - t0)
+    finally:
+        for c in conns:
+            c.close()
+
+
 def groundkit_blocks(conn: psycopg.Connection[Any]) -> tuple[float, float]:
     """groundkit's blocks read into shared_buffers so far (from the OS or the disk: what a cold cache
     costs) and found there, this database. Flushes this backend's counts and clears the statistics
@@ -577,12 +616,14 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
             for pas in range(1, args.passes + 1):
                 this = {}
                 for r in READERS:
+                    scaling = two_backend_scaling(dsn)
                     before = groundkit_blocks(conn)[0]
                     cpu0 = cpu_times()
                     gk = run_queries(conn, search_sql, r, queries, args.k, f"groundkit.search {r} (pass {pas})")
                     this[r] = {"all": summarize(gk), "2-6": summarize(gk, mid), "lat": gk,
                                "blocks_read_per_query": (groundkit_blocks(conn)[0] - before) / len(queries),
-                               "steal_share": steal_share(cpu0, cpu_times())}
+                               "steal_share": steal_share(cpu0, cpu_times()),
+                               "two_backends": [scaling, two_backend_scaling(dsn)]}
                 res["passes"].append(this)
             # the first pass, as every run before --passes reported it; the last one: warm
             res["search"] = res["passes"][0]
@@ -714,6 +755,12 @@ def report(results: list[dict[str, Any]]) -> None:
                   + f"; bulk load {share(r['bulk'].get('steal_share'))}"
                   + (f"; tantivy alone {share(r['tantivy'].get('steal_share'))}" if "tantivy" in r else "")
                   + (f"; in turns {share(r.get('turns_steal_share'))}" if "turns" in r else "") + "\n")
+        if any("two_backends" in p[reader] for p in r.get("passes", []) for reader in r["visible"]):
+            out.write("\nTwo busy backends at once / one alone (2.0: both CPUs free), before-after each pass, "
+                      "r100 / r50 / r5: " + ", ".join(
+                          f"pass {i} " + " / ".join("-".join(f"{x:.2f}" for x in p[reader].get("two_backends", []))
+                                                    for reader in r["visible"])
+                          for i, p in enumerate(r["passes"], 1)) + "\n")
         b = r["bulk"]
         s = r["single"]
         out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "
