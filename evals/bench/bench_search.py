@@ -658,6 +658,7 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
                               "steal_share": steal_share(cpu0, cpu_times()), "all": summarize(t["lat"]),
                               "2-6": summarize(t["lat"], mid), "lat": t["lat"]}
             if args.turns > 0:
+                scaling = two_backend_scaling(dsn)
                 cpu0 = cpu_times()
                 with psycopg.connect(dsn, autocommit=True) as conn:
                     turns = in_turns(conn, index, [q for q, m in zip(queries, mid, strict=True) if m], args.k,
@@ -667,6 +668,7 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
                                                          [x for t in turns[r][1] for x in t])}
                                 for r in READERS}
                 res["turns_steal_share"] = steal_share(cpu0, cpu_times())
+                res["turns_two_backends"] = [scaling, two_backend_scaling(dsn)]
             del index
         res["mid_mask"] = mid
     finally:
@@ -760,7 +762,9 @@ def report(results: list[dict[str, Any]]) -> None:
                       "r100 / r50 / r5: " + ", ".join(
                           f"pass {i} " + " / ".join("-".join(f"{x:.2f}" for x in p[reader].get("two_backends", []))
                                                     for reader in r["visible"])
-                          for i, p in enumerate(r["passes"], 1)) + "\n")
+                          for i, p in enumerate(r["passes"], 1))
+                      + (f"; in turns {'-'.join(f'{x:.2f}' for x in r['turns_two_backends'])}"
+                         if "turns_two_backends" in r else "") + "\n")
         b = r["bulk"]
         s = r["single"]
         out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "

@@ -48,6 +48,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import Corpus
 
 CORES = 2
+LABELS = {
+    "tok": "chunk + tokenize (CPU only)",
+    "heap": "posting rows, heap only (no index)",
+    "idx": "posting rows into groundkit.postings (2 indexes)",
+    "rows": "log, object and chunk rows (empty copies, their indexes)",
+    "packed": "posting rows packed per term and batch (1 index)",
+    "stats": "statistics upsert (one per batch)",
+    "appended": "statistics appended (empty copy, no upsert)",
+}
 
 
 def timed(conn: psycopg.Connection[Any], query: str) -> float:
@@ -119,15 +128,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return min(times)
 
         pieces = {
-            "chunk + tokenize (CPU only)": best(tokenize),
-            "posting rows, heap only (no index)": best(
+            "tok": best(tokenize),
+            "heap": best(
                 "insert into public.gk_floor_heap (term, chunk_id, tf, doc_len, vis_key, imp)"
                 " select term, chunk_id, tf, doc_len, vis_key, imp from floor_post order by term, chunk_id",
                 setup="create table public.gk_floor_heap (like groundkit.postings)"),
-            "posting rows into groundkit.postings (2 indexes)": best(
+            "idx": best(
                 "insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)"
                 " select term, chunk_id, tf, doc_len, vis_key, imp from floor_post order by term, chunk_id"),
-            "log, object and chunk rows (empty copies, their indexes)": best(
+            "rows": best(
                 """with l as (
                        insert into public.gk_floor_log (object_id, version, op, content_type, space_id,
                                                         tier_visibility, title, body, owner_sub, owner_only,
@@ -150,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 setup="""create table public.gk_floor_log (like groundkit.content_log including all);
                          create table public.gk_floor_obj (like groundkit.objects including all);
                          create table public.gk_floor_chunks (like groundkit.chunks including all)"""),
-            "posting rows packed per term and batch (1 index)": best(
+            "packed": best(
                 """insert into public.gk_floor_packed (term, batch, chunk_ids, tfs, doc_lens, vis_keys, imps)
                    select term, 1, array_agg(chunk_id order by chunk_id), array_agg(tf order by chunk_id),
                           array_agg(doc_len order by chunk_id), array_agg(vis_key order by chunk_id),
@@ -159,11 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 setup="""create table public.gk_floor_packed (term text, batch integer, chunk_ids bigint[],
                          tfs integer[], doc_lens integer[], vis_keys bigint[], imps real[],
                          primary key (term, batch))"""),
-            "statistics upsert (one per batch)": best(
+            "stats": best(
                 """insert into groundkit.term_stats as t (term, scope, shard, df)
                    select p.term, p.scope, 0, count(*) from floor_post p group by 1, 2 order by 1, 2
                    on conflict (term, scope, shard) do update set df = t.df + excluded.df"""),
-            "statistics appended (empty copy, no upsert)": best(
+            "appended": best(
                 """insert into public.gk_floor_stats (term, scope, shard, df)
                    select p.term, p.scope, 0, count(*) from floor_post p group by 1, 2 order by 1, 2""",
                 setup="create table public.gk_floor_stats (like groundkit.term_stats including all)"),
@@ -180,8 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.repeat}; packed: {n_packed[0]} rows\n")
     print("| piece | µs per chunk | µs per posting |\n|---|---|---|")
     for k, v in us.items():
-        print(f"| {k} | {v:.0f} | {v * n_chunks / n_postings:.2f} |")
-    tok, heap, idx, rows, packed, stats, appended = us.values()
+        print(f"| {LABELS[k]} | {v:.0f} | {v * n_chunks / n_postings:.2f} |")
+    tok, heap, idx, rows, packed, stats, appended = (us[k] for k in LABELS)
     print("\nCeilings (chunks/s; every other cost taken as zero):")
     print(f"- bulk, {CORES} cores in parallel, tokenizing only: {CORES * 1e6 / tok:,.0f}")
     print(f"- bulk, {CORES} cores, tokenize + one heap row per posting: {CORES * 1e6 / (tok + heap):,.0f}")
