@@ -7,7 +7,7 @@ every reader, selective ones included. Three answers are compared:
   it goes through many rounds of pruning and deepening even on a small corpus; forced to scan;
   forced to run the threshold rounds (also extending every round it may, reading every round
   in two passes by shares, reading every round's ranges merged in chunk-id order, and merged in
-  two pieces of the chunk ids planned for parallel workers); and left
+  four pieces of the chunk ids planned for parallel workers); and left
   to choose (on these small corpora: the scan);
 - ``groundkit._search_exhaustive``, the one-aggregate scorer over every posting;
 - a brute force written here in Python from the raw tables (visibility, statistics scopes and
@@ -447,8 +447,8 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
               if m.startswith("groundkit pruned: threshold merges")]
     assert any(int(m.split(" merges ")[1].split(" ")[0]) >= 3 for m, _ in merges), "no round merged three lists"
     assert any(_cut_above_zero(after) for _, after in merges), "no merged round read a term to a cut"
-    # 'merge' reads in one piece (short ranges), 'pieces' in two
-    assert any(m.endswith(" in 1 pieces") for m, _ in merges) and any(m.endswith(" in 2 pieces") for m, _ in merges)
+    # 'merge' reads in one piece (short ranges), 'pieces' in four
+    assert any(m.endswith(" in 1 pieces") for m, _ in merges) and any(m.endswith(" in 4 pieces") for m, _ in merges)
     rounds = [m for m in messages if m.startswith("groundkit pruned: threshold guess")]
     new = [m for m in rounds if " range sizes " in m]  # the others extend the last round
     ends = [m for m in messages if m.startswith("groundkit pruned: threshold theta")]
@@ -805,8 +805,8 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
         for reader in ("t0", "t3"):
             assert reads[("granite basalt", reader)] == ["joins 2 ranges"], reads
             assert reads[("granite basalt quartz slate", reader)] == ["merges 4 lists in 1 pieces"], reads
-            # 61,500 postings: in two pieces, for parallel workers
-            assert reads[("granite marble basalt quartz slate", reader)] == ["merges 5 lists in 2 pieces"], reads
+            # 61,500 postings: in four pieces, for parallel workers
+            assert reads[("granite marble basalt quartz slate", reader)] == ["merges 5 lists in 4 pieces"], reads
             two = reads[("granite filler basalt", reader)]
             assert len(two) == 1 and two[0].startswith("shares ") and two[0].endswith(", two passes"), reads
             # a final round over whole lists: granite and filler (in 20,500 and 18,923 chunks) are
@@ -815,7 +815,7 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
             assert reads[("granite filler basalt quartz", reader)] == ["joins 2 ranges"], reads
             assert any("(final t)" in m and "probed {t,t,f,f}" in m for m in probed[reader]), probed
 
-    # the same through groundkit.search, for a login that may only search: read in two pieces (in
+    # the same through groundkit.search, for a login that may only search: read in four pieces (in
     # parallel workers, which run as the search function's owner, like the leader), same answer
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         want = _rows(raw, "_search_exhaustive", "t3", "granite marble basalt quartz slate", 10)
@@ -827,7 +827,7 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
                             " 'granite marble basalt quartz slate', 10)").fetchall()
         got = sorted(((str(o), int(q), float(sc)) for o, q, sc in rows), key=lambda r: (-r[2], r[0], r[1]))
         _assert_same(got, want, "search as a reader login")
-        assert read_messages() == ["merges 5 lists in 2 pieces"], messages
+        assert read_messages() == ["merges 5 lists in 4 pieces"], messages
 
 
 def _bench_module(name: str) -> Any:

@@ -144,7 +144,7 @@ def test_merged_read_in_pieces_sums_like_one_piece(community: Groundkit, raw: Ra
 
 
 def test_parallel_pieces_see_the_transaction_s_own_writes(community: Groundkit, dsn: str) -> None:
-    """Parallel workers read with the leader's transaction: a search forced to merge in two pieces,
+    """Parallel workers read with the leader's transaction: a search forced to merge in four pieces,
     in the transaction that has just written (not committed) objects, finds them, with the exhaustive
     path's answer, and the pieces' plan started workers to do it."""
     gk = community
@@ -176,11 +176,14 @@ def test_parallel_pieces_see_the_transaction_s_own_writes(community: Groundkit, 
         # and the pieces themselves: every chunk of those terms, the new one with them
         fresh = conn.execute("select chunk_id from groundkit.chunks where object_id = 'fresh'").fetchone()
         lo, hi = conn.execute("select min(chunk_id), max(chunk_id) from groundkit.chunks").fetchone() or (0, 0)
-        row = conn.execute(
-            "select r.ids from groundkit._merged_read_parallel('{granit,quarri,ledg}', '{1,1,1}',"
-            " (select array_agg(distinct vis_key) from groundkit.postings), 0.9, 0.4, 20.0, 0, 0,"
-            " '{0,0,0}', '{1,2,3}', %s::bigint[]) r", ([(lo + hi) // 2],)).fetchone()
-        assert fresh is not None and row is not None and fresh[0] in row[0] and len(row[0]) == 401
+        assert fresh is not None
+        for splits in ([(lo + hi) // 2], [lo + (hi - lo) * i // 4 for i in (1, 2, 3)]):
+            row = conn.execute(
+                "select r.ids from groundkit._merged_read_parallel('{granit,quarri,ledg}', '{1,1,1}',"
+                " (select array_agg(distinct vis_key) from groundkit.postings), 0.9, 0.4, 20.0, 0, 0,"
+                " '{0,0,0}', '{1,2,3}', %s::bigint[]) r", (splits,)).fetchone()
+            assert row is not None and fresh[0] in row[0] and sorted(row[0]) == sorted(set(row[0])), splits
+            assert len(row[0]) == 401, splits
         conn.rollback()
 
 
