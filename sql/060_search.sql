@@ -305,11 +305,11 @@ $$;
 -- The same read in pieces planned for parallel workers: each piece is a whole plan of its own
 -- (a non-partial child of a Parallel Append), which a process takes whole and then takes the
 -- next one left, so that two or three processes share the chunk ids and only each process's
--- arrays of kept chunks are combined. The
--- costs of starting workers are set to nothing so that the planner's model (which gives a
--- non-partial piece to one worker and counts the leader out) takes that plan; the number of
--- workers is the server's and the caller's (max_parallel_workers_per_gather,
--- max_parallel_workers): at 0, or with no worker free, the leader runs every piece, in one process.
+-- arrays of kept chunks are combined. The costs of starting workers are set to nothing so that
+-- the planner's model (which gives a non-partial piece to one worker and counts the leader out)
+-- takes that plan; the number of workers is the server's and the caller's
+-- (max_parallel_workers_per_gather, max_parallel_workers): at 0, or with no worker free, the
+-- leader runs every piece, in one process.
 create or replace function groundkit._merged_read_parallel(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,

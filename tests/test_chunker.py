@@ -154,7 +154,6 @@ def test_chunk_text_rejects_bad_sizes(chunker: Raw) -> None:
         assert info.value.sqlstate == "GK005"
 
 
-
 def chunks_of(raw: Raw, content_type: str, body: str, segments: list[dict[str, Any]] | None, max_chars: int,
               overlap: int) -> list[tuple[Any, ...]]:
     return raw.execute(
