@@ -38,6 +38,7 @@ Ratios are printed next to absolute times. Progress lines go to stderr with know
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -416,23 +417,41 @@ def two_backend_scaling(dsn: str) -> float:
         t0 = time.perf_counter()
         conns[0].execute(SCALING_SQL)
         alone = time.perf_counter() - t0
-        start = threading.Barrier(3)
-
-        def run(c: psycopg.Connection[Any]) -> None:
-            start.wait()
-            c.execute(SCALING_SQL)
-
-        threads = [threading.Thread(target=run, args=(c,)) for c in conns]
-        for t in threads:
-            t.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        return 2 * alone / (time.perf_counter() - t0)
+        return 2 * alone / run_at_once([functools.partial(c.execute, SCALING_SQL) for c in conns])
     finally:
         for c in conns:
             c.close()
+
+
+def run_at_once(jobs: Sequence[Callable[[], object]]) -> float:
+    """Run every job in a thread of its own, all released at once; the wall seconds from release
+    until the last is done. The first job's exception, if any, is raised (the others are still
+    waited for)."""
+    start = threading.Barrier(len(jobs) + 1)
+    errors: list[BaseException] = []
+
+    def run(job: Callable[[], object]) -> None:
+        try:
+            start.wait()
+            job()
+        except BaseException as exc:  # raised below, in the caller's thread
+            errors.append(exc)
+            start.abort()
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for t in threads:
+        t.start()
+    try:
+        start.wait()
+    except threading.BrokenBarrierError:
+        pass  # a job failed before the release; its error is raised below
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return wall
 
 
 def groundkit_blocks(conn: psycopg.Connection[Any]) -> tuple[float, float]:

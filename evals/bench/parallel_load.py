@@ -17,6 +17,7 @@ from the same run.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import statistics
 import sys
@@ -30,7 +31,7 @@ from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_search import bench_queries
-from bench_search import kept_database_args, log, pct
+from bench_search import kept_database_args, log, pct, run_at_once
 
 SETTINGS = (0, 2)
 SEARCH = "select object_id, chunk_seq from groundkit.search(%s, %s, %s)"
@@ -42,42 +43,27 @@ def one_round(dsn: str, queries: Sequence[str], reader: str, k: int, clients: in
     conns = [psycopg.connect(dsn, autocommit=True) for _ in range(clients)]
     lat: list[float] = []
     lock = threading.Lock()
-    start = threading.Barrier(clients + 1)
-    errors: list[BaseException] = []
 
     def client(conn: psycopg.Connection[tuple[object, ...]], order: list[str]) -> None:
         mine: list[float] = []
-        try:
-            conn.execute("select set_config('max_parallel_workers_per_gather', %s, false)", (str(workers),))
-            start.wait()
-            for q in order:
-                t0 = time.perf_counter()
-                conn.execute(SEARCH, (reader, q, k)).fetchall()
-                mine.append(1000 * (time.perf_counter() - t0))
-        except BaseException as exc:  # reported by the caller
-            errors.append(exc)
-            start.abort()
+        for q in order:
+            t0 = time.perf_counter()
+            conn.execute(SEARCH, (reader, q, k)).fetchall()
+            mine.append(1000 * (time.perf_counter() - t0))
         with lock:
             lat.extend(mine)
 
     try:
-        threads = []
+        jobs = []
         for i, conn in enumerate(conns):
+            conn.execute("select set_config('max_parallel_workers_per_gather', %s, false)", (str(workers),))
             order = list(queries)
             random.Random(seed * 1000 + i).shuffle(order)
-            threads.append(threading.Thread(target=client, args=(conn, order)))
-        for t in threads:
-            t.start()
-        start.wait()
-        t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        wall = time.perf_counter() - t0
+            jobs.append(functools.partial(client, conn, order))
+        wall = run_at_once(jobs)
     finally:
         for conn in conns:
             conn.close()
-    if errors:
-        raise errors[0]
     return wall, lat
 
 
