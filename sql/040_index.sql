@@ -540,10 +540,15 @@ begin
                       group by x.term
                      having sum(x.df) >= greatest(v_min, w / 256) order by x.term);
     for i in 1 .. cardinality(b_terms) loop
-        insert into groundkit.term_bits (term, w_max, words)
-        select b_terms[i], w, array_agg(coalesce(x.bits, 0) order by g.word)
+        -- (words: bit c % 64 of words[c / 64 + 1]; bits: get_bit(bits, c), the same bits byte by
+        -- byte, each word's eight bytes written most significant first by int8send)
+        insert into groundkit.term_bits (term, w_max, words, bits)
+        select b_terms[i], w, array_agg(coalesce(x.bits, 0) order by g.word),
+               string_agg(int8send(coalesce(x.bytes, 0)), ''::bytea order by g.word)
           from generate_series(0, w >> 6) as g(word)
-          left join (select p.chunk_id >> 6 as word, bit_or(1::bigint << (p.chunk_id & 63)::integer) as bits
+          left join (select p.chunk_id >> 6 as word, bit_or(1::bigint << (p.chunk_id & 63)::integer) as bits,
+                            bit_or(1::bigint << (8 * (7 - ((p.chunk_id & 63) >> 3)) + (p.chunk_id & 7))::integer)
+                                as bytes
                        from (select p.chunk_id from groundkit.postings p
                               where p.term = b_terms[i] and p.chunk_id <= w
                              union all

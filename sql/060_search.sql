@@ -229,11 +229,13 @@ $$;
 
 -- In revisions 1716589 to 54be43c the merged read had a fourth output, n_read (how many chunks
 -- it read); `create or replace` cannot drop an output, so that version is dropped first.
+-- Until revision 0007 it had eleven arguments (no partner bits); an overload would make calls
+-- ambiguous, so that version is dropped too.
 do $drop$
 begin
     if exists (select 1 from pg_catalog.pg_proc
                 where proname = '_merged_read' and pronamespace = 'groundkit'::regnamespace
-                  and 'n_read' = any (proargnames)) then
+                  and ('n_read' = any (proargnames) or pronargs = 11)) then
         drop function groundkit._merged_read_parallel(
             text[], double precision[], bigint[], double precision, double precision, double precision,
             double precision, double precision, double precision[], integer[], bigint[]);
@@ -253,18 +255,35 @@ $drop$;
 -- first point, between two, from the last one up), each merged and summed on its own: a chunk
 -- has all its postings in one piece, so the sums are the same, only the pieces can run in
 -- parallel workers (called through groundkit._merged_read_parallel).
+-- Partner bits (docs/bm25.md, "Partner bits in merged reads"): a read term i with p_filter[i]
+-- true is one that cannot bring a chunk to p_thr alone (its maximum plus p_max falls short), so
+-- its postings are read only for chunks that may hold another read term: a chunk id above
+-- p_wmax, or whose bit is set in the term bits (groundkit.term_bits.bits) of another read term.
+-- The others could not be kept, and are not summed. Only when every other read term u has bits
+-- (p_bitted[u]); null p_filter: every posting read, as before. (A bit that cannot be read counts
+-- as set.) Each term's bits are read once per statement, by an initplan whose value parallel
+-- workers receive from the leader (a parameter would be folded into the plan as a constant, and
+-- copied into every worker's plan as text), concatenated with nothing so that the value is a
+-- copy in memory (the column's value is stored out of line: get_bit on it would fetch it at
+-- every posting).
 -- (EXECUTE: one branch per term and piece; only positions are written into the text, every
 -- value is a parameter.)
 create or replace function groundkit._merged_read(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
     p_cuts double precision[], p_rd integer[], p_splits bigint[],
+    p_filter boolean[] default null, p_bitted boolean[] default null, p_wmax bigint default null,
     out ids bigint[], out known double precision[], out dls integer[])
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
+-- each range in chunk-id order from the primary key: with partner bits the planner would expect
+-- few rows and sort the impact index's instead, a slower read of the same postings
+set enable_sort = off
 as $$
 declare
     pieces text;
+    -- per read term: its partner test (or the empty string)
+    partners text[];
     -- a chunk's known part, once for the select list and the having clause (the same text: one
     -- aggregate, computed once, and the chunks kept are those whose returned part reaches p_thr)
     known_sum constant text := 'sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6)))';
@@ -278,15 +297,29 @@ begin
                 where x.v is null or x.v <= p_splits[x.i - 1]) then
         raise exception 'split points must be ascending chunk ids (got %)', p_splits using errcode = '22023';
     end if;
+    partners := array(
+        select case when coalesce(p_filter[r.i], false) and p_wmax is not null
+                         and not exists (select 1 from unnest(p_rd) as u(i)
+                                          where u.i <> r.i and not coalesce(p_bitted[u.i], false)) then
+                   ' and (q.chunk_id > $11'
+                   || coalesce((select string_agg(format(
+                                               ' or coalesce(get_bit((select tb.bits || ''''::bytea from groundkit.term_bits tb'
+                                               ' where tb.term = ($1)[%s]), q.chunk_id), 1) = 1', u.i), '' order by u.i)
+                                  from unnest(p_rd) as u(i)
+                                 where u.i <> r.i and p_bitted[u.i]), '')
+                   || ')'
+               else '' end
+          from generate_series(1, cardinality(p_terms)) as r(i)
+         order by r.i);
     pieces := (
         select string_agg(
                    '(select p.chunk_id, max(p.doc_len) as dl, ' || known_sum || ' as known'
                    ' from (select * from ('
                    || (select string_agg(format(
                                   '(select q.chunk_id, q.tf, q.doc_len, ($2)[%s] as w from groundkit.postings q'
-                                  ' where q.term = ($1)[%s] and q.vis_key = any ($3) and q.imp >= ($9)[%s]%s%s'
+                                  ' where q.term = ($1)[%s] and q.vis_key = any ($3) and q.imp >= ($9)[%s]%s%s%s'
                                   ' order by q.chunk_id)',
-                                  r.i, r.i, r.i,
+                                  r.i, r.i, r.i, partners[r.i],
                                   case when s.i > 1 then format(' and q.chunk_id >= ($10)[%s]', s.i - 1) end,
                                   case when s.i <= cardinality(p_splits) then format(' and q.chunk_id < ($10)[%s]', s.i) end),
                               ' union all ' order by r.i)
@@ -298,7 +331,8 @@ begin
                     coalesce(array_agg(c.dl), ''{}'')
                from (' || pieces || ') c'
       into ids, known, dls
-      using p_terms, p_ws, p_buckets, p_k1, p_b, p_avgdl, p_max, p_thr, p_cuts, p_splits;
+      using p_terms, p_ws, p_buckets, p_k1, p_b, p_avgdl, p_max, p_thr, p_cuts, p_splits,
+            p_wmax;
 end
 $$;
 
@@ -314,6 +348,7 @@ create or replace function groundkit._merged_read_parallel(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
     p_cuts double precision[], p_rd integer[], p_splits bigint[],
+    p_filter boolean[] default null, p_bitted boolean[] default null, p_wmax bigint default null,
     out ids bigint[], out known double precision[], out dls integer[])
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -322,7 +357,7 @@ set parallel_tuple_cost = 0
 set min_parallel_index_scan_size = 0
 as $$
     select * from groundkit._merged_read(p_terms, p_ws, p_buckets, p_k1, p_b, p_avgdl, p_max, p_thr,
-                                         p_cuts, p_rd, p_splits)
+                                         p_cuts, p_rd, p_splits, p_filter, p_bitted, p_wmax)
 $$;
 
 -- The signature before the strategy argument (an overload would make calls ambiguous).
@@ -597,6 +632,12 @@ declare
     m_splits bigint[];
     -- a merged read of at least this many postings runs in four pieces, in parallel workers
     par_min constant double precision := 50000;
+    -- partner bits in a merged read: which read terms' postings are tested, which terms have
+    -- bits (by index, and their names), and up to which chunk id
+    m_filter boolean[];
+    m_bitted boolean[];
+    m_bterms text[];
+    m_wmax bigint;
     d_cut double precision;
     est_d double precision;
     -- range counts kept from round to round: where each term was last counted, and its count
@@ -1192,6 +1233,36 @@ begin
                         -- process slowed by another tenant of its CPU, or a piece that holds more
                         -- of the postings, delays the read less than with two halves ("Four pieces
                         -- instead of two").
+                        -- Partner bits (docs/bm25.md, "Partner bits in merged reads"): the postings
+                        -- of a read term that cannot reach thr_f alone are read only for the chunks
+                        -- whose bit of another read term is set (or that lie above the bits); the
+                        -- others could not be kept. When every read term has bits; for a term of
+                        -- 5,000 postings or more in its range, when the other read terms are in
+                        -- fewer than half the chunks by their document frequencies (with 'merge' and
+                        -- 'pieces', which the tests run, whatever the sizes).
+                        m_filter := null;
+                        m_bitted := null;
+                        m_wmax := null;
+                        select min(tb.w_max), array_agg(tb.term) into m_wmax, m_bterms
+                          from groundkit.term_bits tb
+                         where tb.term = any (array(select t_terms[u.i] from unnest(rd) as u(i))) and tb.bits is not null;
+                        if m_wmax is not null and cardinality(m_bterms) = cardinality(rd) then
+                            m_filter := array(
+                                select x.i = any (rd) and t_maxcs[x.i] + p_max < thr_f
+                                       and (_search_pruned.strategy in ('merge', 'pieces')
+                                            or (coalesce(ns[x.i], 0) >= 5000
+                                                and (select coalesce(sum(t_dfs[u.i]), 0) from unnest(rd) as u(i)
+                                                      where u.i <> x.i) < 0.5 * m_wmax))
+                                  from generate_series(1, nt) as x(i)
+                                 order by x.i);
+                            if true = any (m_filter) then
+                                m_bitted := array(select x.i = any (rd) from generate_series(1, nt) as x(i) order by x.i);
+                                raise debug 'groundkit pruned: threshold merged read tests partner bits for %',
+                                    array(select t_terms[x.i] from generate_series(1, nt) as x(i) where m_filter[x.i]);
+                            else
+                                m_filter := null;
+                            end if;
+                        end if;
                         if _search_pruned.strategy = 'pieces'
                            or (n_big >= par_min and current_setting('max_parallel_workers_per_gather')::integer >= 2) then
                             m_splits := array(select distinct m.lo + (m.hi - m.lo) * g.i / 4 as x
@@ -1202,12 +1273,14 @@ begin
                                                order by x);
                             select * into c_ids, c_known, c_dl
                               from groundkit._merged_read_parallel(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
-                                                                   p_max, thr_f, cuts, rd, m_splits);
+                                                                   p_max, thr_f, cuts, rd, m_splits,
+                                                                   m_filter, m_bitted, m_wmax);
                         else
                             m_splits := '{}';
                             select * into c_ids, c_known, c_dl
                               from groundkit._merged_read(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
-                                                          p_max, thr_f, cuts, rd, m_splits);
+                                                          p_max, thr_f, cuts, rd, m_splits,
+                                                          m_filter, m_bitted, m_wmax);
                         end if;
                         -- The chunks read, for "fewer than k" below: at least the longest range.
                         n_read := greatest(cardinality(c_ids), n_long);

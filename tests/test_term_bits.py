@@ -5,6 +5,7 @@ writer is in flight while they are made."""
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import threading
@@ -13,6 +14,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from groundkit import Groundkit
 from tests.conftest import waits_for_commit
@@ -23,10 +25,13 @@ Raw = psycopg.Connection[tuple[Any, ...]]
 def _bits_match_postings(raw: Raw) -> int:
     """Every term's bits are exactly the chunks up to w_max that have a posting of it, merged or
     pending (a chunk deleted since may keep its bit). Returns how many terms have bits."""
-    rows = raw.execute("select term, w_max, words from groundkit.term_bits").fetchall()
-    for term, w_max, words in rows:
+    rows = raw.execute("select term, w_max, words, bits from groundkit.term_bits").fetchall()
+    for term, w_max, words, as_bytes in rows:
         assert len(words) == (w_max >> 6) + 1
         bits = {64 * i + b for i, word in enumerate(words) for b in range(64) if (word >> b) & 1}
+        # the same bits byte by byte: chunk c is get_bit(bits, c), bit c % 8 of byte c / 8
+        assert len(as_bytes) == 8 * len(words)
+        assert {8 * i + b for i, byte in enumerate(as_bytes) for b in range(8) if (byte >> b) & 1} == bits
         # (in either part: a pending chunk is merged later, with the bit it has now)
         held = {cid for (cid,) in raw.execute(
             "select chunk_id from groundkit.postings where term = %s and chunk_id <= %s"
@@ -270,3 +275,132 @@ def test_a_joined_read_probes_by_bits_when_that_is_cheaper(community: Groundkit,
     assert "(final f)" in with_bits[-1] and "probed {t,f}" in with_bits[-1], with_bits
     without = first_round(bits=False)
     assert "(final t)" in without[-1] and "probed {f,f}" in without[-1], without
+
+
+def test_merged_reads_test_partner_bits_and_stay_exact(community: Groundkit, raw: Raw) -> None:
+    """A merged read drops, as it reads them, the postings of a term that cannot reach the round's
+    level alone and whose chunk holds no other term read, by the other terms' bits, and keeps the
+    chunks above w_max (docs/bm25.md, "Partner bits in merged reads"); only when every read term
+    has bits. 'merge' and 'pieces' test them whatever the sizes; every answer equals the
+    exhaustive path's, in one process and in parallel workers (which receive the bits from the
+    leader). Past k = 54 the answers to 'granite stone' hold chunks of 'granite' alone, which a
+    test of 'granite' (whose maximum reaches the level alone there) would drop."""
+    from groundkit.models import ContentObject
+
+    gk = community
+    _corpus(gk)
+    # bits for 'stone' (145 postings) and 'granite' (50), not for 'basalt' (25)
+    gk.analyze_postings(min_postings=40)
+    assert {t for (t,) in raw.execute("select term from groundkit.term_bits")} >= {"stone", "granit"}
+    assert raw.execute("select count(*) from groundkit.term_bits where term = 'basalt'").fetchone() == (0,)
+    # after the bits: chunks above w_max that hold both, a word without bits, a chunk with bits gone
+    gk.put_objects([ContentObject(object_id=f"late{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="",
+                                  body="granite stone " * (1 + i % 4) + "obsidian " * (i % 2))
+                    for i in range(30)])
+    gk.merge_pending()
+    gk.delete_object("both2", 2)
+    msgs: list[str] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        msgs.append(d.message_primary or "")
+
+    raw.add_notice_handler(keep)
+    try:
+        for workers in (0, 2):
+            raw.execute(f"set max_parallel_workers_per_gather = {workers}")
+            for strategy in ("merge", "pieces"):
+                for reader in ("t0", "t3"):
+                    for query in ("granite stone", "stone granite basalt", "stone obsidian granite"):
+                        for k in (1, 5, 10, 40, 70, 100):
+                            want = raw.execute("select chunk_id, score from groundkit._search_exhaustive(%s, %s, %s)",
+                                               (reader, query, k)).fetchall()
+                            raw.execute("set client_min_messages = debug")
+                            got = raw.execute(
+                                "select chunk_id, score from groundkit._search_pruned(%s, %s, %s, strategy => %s)",
+                                (reader, query, k, strategy)).fetchall()
+                            raw.execute("reset client_min_messages")
+                            assert [round(s, 9) for _c, s in got] == [round(s, 9) for _c, s in want], \
+                                (strategy, workers, reader, query, k)
+    finally:
+        raw.remove_notice_handler(keep)
+        raw.execute("reset max_parallel_workers_per_gather")
+    tested = [re.fullmatch(r"groundkit pruned: threshold merged read tests partner bits for \{(.*)\}", m) for m in msgs]
+    found = {t.group(1) for t in tested if t}
+    # 'granite stone' only: with 'basalt' or 'obsidian' read, a read term has no bits
+    assert found and found <= {"granit", "stone", "stone,granit", "granit,stone"}, found
+    # and only terms that cannot reach the level alone: in a final round (level = its guess), a
+    # tested term's maximum plus the probed terms' maxima is below the guess
+    checked = 0
+    terms: list[str] = []
+    maxima: list[float] = []
+    pending: list[str] = []
+    for m in msgs:
+        head = re.match(r"groundkit pruned: threshold terms \{(.*?)\} weights \{.*?\} maxima \{(.*?)\}", m)
+        if head:
+            terms, maxima = head.group(1).split(","), [float(x) for x in head.group(2).split(",")]
+        t = re.fullmatch(r"groundkit pruned: threshold merged read tests partner bits for \{(.*)\}", m)
+        if t:
+            pending = t.group(1).split(",")
+        g = re.match(r"groundkit pruned: threshold guess (\S+) \(final (t|f)\) .* probed \{(.*?)\}", m)
+        if g and pending:
+            if g.group(2) == "t":
+                p_max = sum(mx for mx, pr in zip(maxima, g.group(3).split(","), strict=True) if pr == "t")
+                for term in pending:
+                    assert maxima[terms.index(term)] + p_max < float(g.group(1)), (m, term)
+                    checked += 1
+            pending = []
+    assert checked > 0
+
+
+def test_a_merged_read_with_partner_bits_keeps_what_it_would_keep(community: Groundkit, raw: Raw) -> None:
+    """groundkit._merged_read with partner bits (docs/bm25.md, "Partner bits in merged reads")
+    returns the same chunks and sums as without them, in one piece or several, in one process or
+    in parallel workers: the chunks that hold both 'granite' and 'stone', below w_max (by each
+    other's bit) and above it (written after the bits). At weight 1 no term reaches the level 1.2
+    alone, so both may be tested. With a read term that has no bits ('basalt'), no term is tested:
+    a chunk of 'granite' and 'basalt' alone is kept."""
+    from groundkit.models import ContentObject
+
+    gk = community
+    _corpus(gk)
+    gk.analyze_postings(min_postings=40)  # bits for 'stone' and 'granite', not 'basalt'
+    gk.put_objects([ContentObject(object_id=f"late{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body="granite stone " * (1 + i % 3))
+                    for i in range(20)])
+    gk.merge_pending()
+    w_max = raw.execute("select min(w_max) from groundkit.term_bits").fetchone()
+    assert w_max is not None
+    holders = {t: {c for (c,) in raw.execute("select chunk_id from groundkit.postings where term = %s", (t,))}
+               for t in ("stone", "granit", "basalt")}
+
+    def merged(fn: str, terms: list[str], splits: list[int], tested: list[bool] | None,
+               bitted: list[bool]) -> dict[int, tuple[float, int]]:
+        n = len(terms)
+        row = raw.execute(
+            sql.SQL("select r.ids, r.known, r.dls from {}(%s, %s,"
+                    " (select array_agg(distinct vis_key) from groundkit.postings), 0.9, 0.4, 20.0, 0, 1.2,"
+                    " %s, %s, %s::bigint[], %s, %s, %s) r").format(sql.Identifier("groundkit", fn)),
+            (terms, [1.0] * n, [0.0] * n, list(range(1, n + 1)), splits, tested, bitted, w_max[0])).fetchone()
+        assert row is not None
+        return {i: (k, d) for i, k, d in zip(*row, strict=True)}
+
+    both = ["stone", "granit"]
+    want = merged("_merged_read", both, [], None, [True, True])
+    assert want.keys() == holders["stone"] & holders["granit"]
+    assert min(want) <= w_max[0] < max(want)  # kept below w_max and above it
+    three = ["stone", "granit", "basalt"]
+    want3 = merged("_merged_read", three, [], None, [True, True, False])
+    assert want3.keys() & (holders["granit"] & holders["basalt"]) - holders["stone"]
+    lo, hi = min(want), max(want)
+    raw.execute("set max_parallel_workers_per_gather = 2")
+    try:
+        for fn in ("_merged_read", "_merged_read_parallel"):
+            for splits in ([], [(lo + hi) // 2], [lo + (hi - lo) * i // 4 for i in (1, 2, 3)]):
+                for terms, expect, bitted in ((both, want, [True, True]), (three, want3, [True, True, False])):
+                    got = merged(fn, terms, splits, [True, True] + [False] * (len(terms) - 2), bitted)
+                    assert got.keys() == expect.keys(), (fn, splits, terms)
+                    assert all(math.isclose(got[c][0], expect[c][0], rel_tol=1e-12) and got[c][1] == expect[c][1]
+                               for c in got), (fn, splits, terms)
+    finally:
+        raw.execute("reset max_parallel_workers_per_gather")
