@@ -283,8 +283,10 @@ def test_merged_reads_test_partner_bits_and_stay_exact(community: Groundkit, raw
     chunks above w_max (docs/bm25.md, "Partner bits in merged reads"); only when every read term
     has bits. 'merge' and 'pieces' test them whatever the sizes; every answer equals the
     exhaustive path's, in one process and in parallel workers (which receive the bits from the
-    leader). Past k = 54 the answers to 'granite stone' hold chunks of 'granite' alone, which a
-    test of 'granite' (whose maximum reaches the level alone there) would drop."""
+    leader). And in every final round, each tested term's maximum plus the probed terms' is below
+    the level, read off the debug lines: past k = 54 the answers to 'granite stone' hold chunks of
+    'granite' alone, which a test of 'granite' would drop (a round that then finds fewer than k
+    goes on to a lower level or the scan, so the answers alone would not always show it)."""
     from groundkit.models import ContentObject
 
     gk = community
