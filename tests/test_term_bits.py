@@ -406,3 +406,40 @@ def test_a_merged_read_with_partner_bits_keeps_what_it_would_keep(community: Gro
                                for c in got), (fn, splits, terms)
     finally:
         raw.execute("reset max_parallel_workers_per_gather")
+
+
+def test_merged_reads_without_bytes_read_as_before(community: Groundkit, raw: Raw) -> None:
+    """After an upgrade to revision 0007 the bits as bytes are null until analyze_postings() runs:
+    merged reads then test nothing and answer as before; the next analyze makes them."""
+    gk = community
+    _corpus(gk)
+    gk.analyze_postings(min_postings=40)
+    raw.execute("update groundkit.term_bits set bits = null")  # as revision 0007 leaves them
+    msgs: list[str] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        msgs.append(d.message_primary or "")
+
+    def search(query: str, k: int) -> None:
+        want = raw.execute("select chunk_id, score from groundkit._search_exhaustive('t0', %s, %s)",
+                           (query, k)).fetchall()
+        raw.execute("set client_min_messages = debug")
+        got = raw.execute("select chunk_id, score from groundkit._search_pruned('t0', %s, %s, strategy => 'merge')",
+                          (query, k)).fetchall()
+        raw.execute("reset client_min_messages")
+        assert [round(s, 9) for _c, s in got] == [round(s, 9) for _c, s in want], (query, k)
+
+    raw.add_notice_handler(keep)
+    try:
+        for k in (1, 5, 10, 40, 70):
+            search("granite stone", k)
+        assert any(m.startswith("groundkit pruned: threshold merges") for m in msgs)
+        assert not any("partner bits" in m for m in msgs), msgs
+        gk.analyze_postings(min_postings=40)
+        assert raw.execute("select count(*) from groundkit.term_bits where bits is null").fetchone() == (0,)
+        msgs.clear()
+        for k in (1, 5, 10, 40, 70):
+            search("granite stone", k)
+        assert any("partner bits" in m for m in msgs), msgs
+    finally:
+        raw.remove_notice_handler(keep)
