@@ -227,22 +227,20 @@ as $$
      order by p.chunk_id
 $$;
 
--- In revisions 1716589 to 54be43c the merged read had a fourth output, n_read (how many chunks
--- it read); `create or replace` cannot drop an output, so that version is dropped first.
--- Until revision 0007 it had eleven arguments (no partner bits); an overload would make calls
--- ambiguous, so that version is dropped too.
+-- Earlier merged reads are dropped first: `create or replace` cannot drop an output (revisions
+-- 1716589 to 54be43c had a fourth, n_read), and another argument list would make an overload
+-- that makes calls ambiguous (until revision 0007 there were eleven arguments, no partner bits).
 do $drop$
+declare
+    f regprocedure;
 begin
-    if exists (select 1 from pg_catalog.pg_proc
-                where proname = '_merged_read' and pronamespace = 'groundkit'::regnamespace
-                  and ('n_read' = any (proargnames) or pronargs = 11)) then
-        drop function groundkit._merged_read_parallel(
-            text[], double precision[], bigint[], double precision, double precision, double precision,
-            double precision, double precision, double precision[], integer[], bigint[]);
-        drop function groundkit._merged_read(
-            text[], double precision[], bigint[], double precision, double precision, double precision,
-            double precision, double precision, double precision[], integer[], bigint[]);
-    end if;
+    for f in select p.oid::regprocedure from pg_catalog.pg_proc p
+              where p.pronamespace = 'groundkit'::regnamespace
+                and p.proname in ('_merged_read', '_merged_read_parallel')
+                and ('n_read' = any (p.proargnames) or p.pronargs <> 13)
+    loop
+        execute format('drop function %s', f);
+    end loop;
 end
 $drop$;
 
@@ -259,9 +257,10 @@ $drop$;
 -- true is one that cannot bring a chunk to p_thr alone (its maximum plus p_max falls short), so
 -- its postings are read only for chunks that may hold another read term: a chunk id above
 -- p_wmax, or whose bit is set in the term bits (groundkit.term_bits.bits) of another read term.
--- The others could not be kept, and are not summed. Only when every other read term u has bits
--- (p_bitted[u]); null p_filter: every posting read, as before. (A bit that cannot be read counts
--- as set.) Each term's bits are read once per statement, by an initplan whose value parallel
+-- The others could not be kept, and are not summed. Null p_filter: every posting read, as before.
+-- A bit that cannot be read counts as set, so a read term without bits keeps every posting of
+-- the terms tested against it (the caller tests terms only when every read term has bits).
+-- Each term's bits are read once per statement, by an initplan whose value parallel
 -- workers receive from the leader (a parameter would be folded into the plan as a constant, and
 -- copied into every worker's plan as text), concatenated with nothing so that the value is a
 -- copy in memory (the column's value is stored out of line: get_bit on it would fetch it at
@@ -272,7 +271,7 @@ create or replace function groundkit._merged_read(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
     p_cuts double precision[], p_rd integer[], p_splits bigint[],
-    p_filter boolean[] default null, p_bitted boolean[] default null, p_wmax bigint default null,
+    p_filter boolean[] default null, p_wmax bigint default null,
     out ids bigint[], out known double precision[], out dls integer[])
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -298,15 +297,13 @@ begin
         raise exception 'split points must be ascending chunk ids (got %)', p_splits using errcode = '22023';
     end if;
     partners := array(
-        select case when coalesce(p_filter[r.i], false) and p_wmax is not null
-                         and not exists (select 1 from unnest(p_rd) as u(i)
-                                          where u.i <> r.i and not coalesce(p_bitted[u.i], false)) then
+        select case when coalesce(p_filter[r.i], false) and p_wmax is not null then
                    ' and (q.chunk_id > $11'
                    || coalesce((select string_agg(format(
                                                ' or coalesce(get_bit((select tb.bits || ''''::bytea from groundkit.term_bits tb'
                                                ' where tb.term = ($1)[%s]), q.chunk_id), 1) = 1', u.i), '' order by u.i)
                                   from unnest(p_rd) as u(i)
-                                 where u.i <> r.i and p_bitted[u.i]), '')
+                                 where u.i <> r.i), '')
                    || ')'
                else '' end
           from generate_series(1, cardinality(p_terms)) as r(i)
@@ -348,7 +345,7 @@ create or replace function groundkit._merged_read_parallel(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_max double precision, p_thr double precision,
     p_cuts double precision[], p_rd integer[], p_splits bigint[],
-    p_filter boolean[] default null, p_bitted boolean[] default null, p_wmax bigint default null,
+    p_filter boolean[] default null, p_wmax bigint default null,
     out ids bigint[], out known double precision[], out dls integer[])
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -357,7 +354,7 @@ set parallel_tuple_cost = 0
 set min_parallel_index_scan_size = 0
 as $$
     select * from groundkit._merged_read(p_terms, p_ws, p_buckets, p_k1, p_b, p_avgdl, p_max, p_thr,
-                                         p_cuts, p_rd, p_splits, p_filter, p_bitted, p_wmax)
+                                         p_cuts, p_rd, p_splits, p_filter, p_wmax)
 $$;
 
 -- The signature before the strategy argument (an overload would make calls ambiguous).
@@ -632,12 +629,11 @@ declare
     m_splits bigint[];
     -- a merged read of at least this many postings runs in four pieces, in parallel workers
     par_min constant double precision := 50000;
-    -- partner bits in a merged read: which read terms' postings are tested, which terms have
-    -- bits (by index, and their names), and up to which chunk id
+    -- partner bits in a merged read: which read terms' postings are tested, up to which chunk
+    -- id, and how many read terms have bits
     m_filter boolean[];
-    m_bitted boolean[];
-    m_bterms text[];
     m_wmax bigint;
+    m_nbits integer;
     d_cut double precision;
     est_d double precision;
     -- range counts kept from round to round: where each term was last counted, and its count
@@ -1241,12 +1237,10 @@ begin
                         -- fewer than half the chunks by their document frequencies (with 'merge' and
                         -- 'pieces', which the tests run, whatever the sizes).
                         m_filter := null;
-                        m_bitted := null;
-                        m_wmax := null;
-                        select min(tb.w_max), array_agg(tb.term) into m_wmax, m_bterms
+                        select min(tb.w_max), count(*) into m_wmax, m_nbits
                           from groundkit.term_bits tb
                          where tb.term = any (array(select t_terms[u.i] from unnest(rd) as u(i))) and tb.bits is not null;
-                        if m_wmax is not null and cardinality(m_bterms) = cardinality(rd) then
+                        if m_nbits = cardinality(rd) then
                             m_filter := array(
                                 select x.i = any (rd) and t_maxcs[x.i] + p_max < thr_f
                                        and (_search_pruned.strategy in ('merge', 'pieces')
@@ -1256,7 +1250,6 @@ begin
                                   from generate_series(1, nt) as x(i)
                                  order by x.i);
                             if true = any (m_filter) then
-                                m_bitted := array(select x.i = any (rd) from generate_series(1, nt) as x(i) order by x.i);
                                 raise debug 'groundkit pruned: threshold merged read tests partner bits for %',
                                     array(select t_terms[x.i] from generate_series(1, nt) as x(i) where m_filter[x.i]);
                             else
@@ -1274,13 +1267,13 @@ begin
                             select * into c_ids, c_known, c_dl
                               from groundkit._merged_read_parallel(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
                                                                    p_max, thr_f, cuts, rd, m_splits,
-                                                                   m_filter, m_bitted, m_wmax);
+                                                                   m_filter, m_wmax);
                         else
                             m_splits := '{}';
                             select * into c_ids, c_known, c_dl
                               from groundkit._merged_read(t_terms, t_ws, buckets, v_k1, v_b, v_avgdl,
                                                           p_max, thr_f, cuts, rd, m_splits,
-                                                          m_filter, m_bitted, m_wmax);
+                                                          m_filter, m_wmax);
                         end if;
                         -- The chunks read, for "fewer than k" below: at least the longest range.
                         n_read := greatest(cardinality(c_ids), n_long);

@@ -360,8 +360,8 @@ def test_a_merged_read_with_partner_bits_keeps_what_it_would_keep(community: Gro
     returns the same chunks and sums as without them, in one piece or several, in one process or
     in parallel workers: the chunks that hold both 'granite' and 'stone', below w_max (by each
     other's bit) and above it (written after the bits). At weight 1 no term reaches the level 1.2
-    alone, so both may be tested. With a read term that has no bits ('basalt'), no term is tested:
-    a chunk of 'granite' and 'basalt' alone is kept."""
+    alone, so both may be tested. A read term without bits ('basalt') counts as present in every
+    chunk: a chunk of 'granite' and 'basalt' alone is kept."""
     from groundkit.models import ContentObject
 
     gk = community
@@ -376,31 +376,30 @@ def test_a_merged_read_with_partner_bits_keeps_what_it_would_keep(community: Gro
     holders = {t: {c for (c,) in raw.execute("select chunk_id from groundkit.postings where term = %s", (t,))}
                for t in ("stone", "granit", "basalt")}
 
-    def merged(fn: str, terms: list[str], splits: list[int], tested: list[bool] | None,
-               bitted: list[bool]) -> dict[int, tuple[float, int]]:
+    def merged(fn: str, terms: list[str], splits: list[int], tested: list[bool] | None) -> dict[int, tuple[float, int]]:
         n = len(terms)
         row = raw.execute(
             sql.SQL("select r.ids, r.known, r.dls from {}(%s, %s,"
                     " (select array_agg(distinct vis_key) from groundkit.postings), 0.9, 0.4, 20.0, 0, 1.2,"
-                    " %s, %s, %s::bigint[], %s, %s, %s) r").format(sql.Identifier("groundkit", fn)),
-            (terms, [1.0] * n, [0.0] * n, list(range(1, n + 1)), splits, tested, bitted, w_max[0])).fetchone()
+                    " %s, %s, %s::bigint[], %s, %s) r").format(sql.Identifier("groundkit", fn)),
+            (terms, [1.0] * n, [0.0] * n, list(range(1, n + 1)), splits, tested, w_max[0])).fetchone()
         assert row is not None
         return {i: (k, d) for i, k, d in zip(*row, strict=True)}
 
     both = ["stone", "granit"]
-    want = merged("_merged_read", both, [], None, [True, True])
+    want = merged("_merged_read", both, [], None)
     assert want.keys() == holders["stone"] & holders["granit"]
     assert min(want) <= w_max[0] < max(want)  # kept below w_max and above it
     three = ["stone", "granit", "basalt"]
-    want3 = merged("_merged_read", three, [], None, [True, True, False])
+    want3 = merged("_merged_read", three, [], None)
     assert want3.keys() & (holders["granit"] & holders["basalt"]) - holders["stone"]
     lo, hi = min(want), max(want)
     raw.execute("set max_parallel_workers_per_gather = 2")
     try:
         for fn in ("_merged_read", "_merged_read_parallel"):
             for splits in ([], [(lo + hi) // 2], [lo + (hi - lo) * i // 4 for i in (1, 2, 3)]):
-                for terms, expect, bitted in ((both, want, [True, True]), (three, want3, [True, True, False])):
-                    got = merged(fn, terms, splits, [True, True] + [False] * (len(terms) - 2), bitted)
+                for terms, expect in ((both, want), (three, want3)):
+                    got = merged(fn, terms, splits, [True, True] + [False] * (len(terms) - 2))
                     assert got.keys() == expect.keys(), (fn, splits, terms)
                     assert all(math.isclose(got[c][0], expect[c][0], rel_tol=1e-12) and got[c][1] == expect[c][1]
                                for c in got), (fn, splits, terms)
