@@ -591,7 +591,10 @@ declare
     cost double precision;
     best_cost double precision;
     n_cand double precision;
+    -- the final round's estimate for the probe set chosen (null where none was made)
+    best_cand double precision;
     est_cand boolean;
+    est_whole boolean;
     l_need double precision;
     jj integer;
     n_probe integer;
@@ -957,8 +960,13 @@ begin
                     f_j := 0;
                     n_left := (select sum(x) from unnest(ns) as x);
                     best_cost := 0.8 * n_left;
-                    -- (the final round over whole lists: every cut at or below 0)
-                    est_cand := final and not exists (select 1 from unnest(cuts) as c(x) where c.x > 0);
+                    best_cand := null;
+                    -- (the final round: over whole lists, every cut at or below 0, for any probe
+                    -- set; over ranges cut above 0, for a probe set that reads 10,000 postings or
+                    -- more: shorter ranges are often of lists without sketches, which the estimate
+                    -- counts as none, so that probing looked free: docs/bm25.md, "Candidates of a
+                    -- final round over ranges")
+                    est_whole := not exists (select 1 from unnest(cuts) as c(x) where c.x > 0);
                     for j in select x.i from unnest(ns) with ordinality as x(n, i) order by x.n desc, x.i loop
                         if p_max + t_maxcs[j] < thr_g then
                             probe[j] := true;
@@ -967,9 +975,10 @@ begin
                             f_j := greatest(f_j, j);
                             n_left := n_left - ns[j];
                             n_cand := n_left;
+                            est_cand := final and (est_whole or n_left >= 10000);
                             if est_cand then
-                                -- (whole lists: a kept chunk's read terms add up to l_need. One
-                                -- alone reaches it only at or above l_need / (w mult) in its list:
+                                -- (a kept chunk's read terms add up to l_need. One alone reaches
+                                -- it only at or above l_need / (w mult) in its list, and its cut:
                                 -- so many postings by the sketches (none counted where there are
                                 -- none). Chunks of two or more read terms: as if the terms were
                                 -- independent. Only the final round, which cannot fail: in others
@@ -979,7 +988,7 @@ begin
                                 for jj in select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr loop
                                     if t_maxcs[jj] >= l_need then
                                         n_cand := n_cand + coalesce((select z.n from groundkit._sketched_size(
-                                                      t_terms[jj], l_need / (t_ws[jj] * mult), buckets) z), 0);
+                                                      t_terms[jj], greatest(cuts[jj], l_need / (t_ws[jj] * mult)), buckets) z), 0);
                                     end if;
                                 end loop;
                                 n_cand := least(n_left, n_cand + (
@@ -1002,12 +1011,16 @@ begin
                                 best_cost := cost;
                                 best_probe := probe;
                                 best_p_max := p_max;
+                                best_cand := case when est_cand then n_cand end;
                             end if;
                         end if;
                     end loop;
                     probe := best_probe;
                     p_max := best_p_max;
                     n_left := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+                    if best_cand is not null then
+                        raise debug 'groundkit pruned: threshold final round estimated at % candidates', round(best_cand);
+                    end if;
                     -- A round that reads half of everything costs about what a round at x_lb costs,
                     -- and that one cannot fail: commit to it (x_lb from the lists' tops first, if it
                     -- is not known yet).

@@ -442,3 +442,55 @@ def test_merged_reads_without_bytes_read_as_before(community: Groundkit, raw: Ra
         assert any("partner bits" in m for m in msgs), msgs
     finally:
         raw.remove_notice_handler(keep)
+
+
+def test_a_final_round_over_ranges_estimates_its_candidates(community: Groundkit, raw: Raw) -> None:
+    """A final round over ranges cut above 0, not only over whole lists, estimates the chunks it
+    would look up for a probe set that reads 10,000 postings or more (docs/bm25.md, "Candidates
+    of a final round over ranges"). In this world of 50,000 chunks 'amber' (40 %) and 'basalt'
+    (14 %) sit in long chunks, so their maxima are low, and 'cobalt' (8 %) is at its best in short
+    ones: the final round, at x_lb, reads cobalt above a cut and basalt whole. Estimated, the
+    chunks that can reach the level with those two are about 3,300 of the 10,925 postings read,
+    so amber is looked up (by its bits) rather than read. Counting every posting read as a
+    candidate, as before, the round read all three lists (probed {f,f,f}). Answers equal the
+    exhaustive path's either way."""
+    from groundkit.models import ContentObject
+
+    gk = community
+    rng = random.Random(11)
+    objs = []
+    for i in range(50_000):
+        words = ["filler"] * rng.randint(0, 20)
+        for word, share in (("amber", 0.4), ("basalt", 0.14)):
+            if rng.random() < share:
+                words += [word] + ["filler"] * 30
+        if rng.random() < 0.08:
+            words += ["cobalt"] * rng.randint(1, 3) + ["filler"] * (30 if rng.random() < 0.9 else 0)
+        rng.shuffle(words)
+        objs.append(ContentObject(object_id=f"o{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body=" ".join(words) or "empty"))
+    for start in range(0, len(objs), 5000):
+        gk.put_objects(objs[start:start + 5000])
+    gk.analyze_postings(min_postings=1000)  # sketches of all three lists
+    msgs: list[str] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        msgs.append(d.message_primary or "")
+
+    raw.add_notice_handler(keep)
+    try:
+        for k in (10, 30, 100):
+            msgs.clear()
+            _exact(raw, "t0", "amber basalt cobalt", k)
+            final = [m for m in msgs if m.startswith("groundkit pruned: threshold guess") and "(final t)" in m]
+            assert len(final) == 1, msgs
+            # cobalt (the largest maximum: last) is read above a cut, basalt whole
+            cuts = [float(c) for c in final[0].split(" cuts {")[1].split("}")[0].split(",")]
+            assert cuts[1] <= 0 < cuts[2], final
+            assert "probed {t,f,f}" in final[0], msgs
+            estimated = [m for m in msgs if m.startswith("groundkit pruned: threshold final round estimated at")]
+            assert len(estimated) == 1, msgs
+            assert 1000 < int(estimated[0].split(" at ")[1].split(" ")[0]) < 10_000, estimated
+            assert any(m.startswith("groundkit pruned: threshold term bits of amber leave") for m in msgs), msgs
+    finally:
+        raw.remove_notice_handler(keep)
