@@ -414,6 +414,53 @@ as $$
              limit p_k) z
 $$;
 
+-- x_lb from a short list (docs/bm25.md, "x_lb from a short list"): another lower bound on the
+-- k-th score, from the chunks of the query's shortest list (p_short, by index). Its postings in
+-- the reader's buckets are ranked by their own contribution plus p_mc, the largest maximum of
+-- another term with term bits, where that term's bit is set (p_bits, as bytes, and above
+-- p_wmax, where the bits do not reach); the best p_cands are scored exactly and checked against
+-- the live predicate best-first, as in _top_lb. The best answers of a query often hold its
+-- rarest term with one of its heaviest, and the lists' tops seldom find them. The caller reads
+-- p_bits into a variable first (|| '': an in-memory copy, so that get_bit does not fetch and
+-- decompress the value again for every posting). Inlined like _top_lb, for the same reasons.
+create or replace function groundkit._short_lb(
+    p_terms text[], p_ws double precision[], p_short integer, p_mc double precision, p_bits bytea, p_wmax bigint,
+    p_buckets bigint[], p_cands integer,
+    p_k1 double precision, p_b double precision, p_avgdl double precision,
+    p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer)
+returns table (lb double precision)
+language sql stable
+as $$
+    with q as (
+        select u.term, u.w from unnest(p_terms, p_ws) as u(term, w)
+    ),
+    cand as (
+        select p.chunk_id, p.doc_len as dl
+          from groundkit.postings p
+         where p.term = p_terms[p_short] and p.vis_key = any (p_buckets)
+         order by p_ws[p_short] * p.tf / (p.tf + p_k1 * (1 - p_b + p_b * p.doc_len / p_avgdl))
+                  -- (in this order: get_bit fails past the end of the bytes)
+                  + case when p.chunk_id > p_wmax then p_mc
+                         when get_bit(p_bits, p.chunk_id) = 1 then p_mc
+                         else 0 end desc
+         limit p_cands
+    ),
+    scored as (
+        select c.chunk_id,
+               sum(q.w * pp.tf / (pp.tf + p_k1 * (1 - p_b + p_b * c.dl / p_avgdl))) as score
+          from cand c
+         cross join q
+          join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
+         group by c.chunk_id
+    )
+    select case when count(*) >= p_k then min(z.score) else '-infinity' end
+      from (select s.score
+              from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
+             where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
+                                                                  p_content_types, p_space_ids))
+             limit p_k) z
+$$;
+
 -- The pending part (docs/bm25.md, "The pending part"). Its table grows from empty to tens of
 -- thousands of rows between merges, and a plan cached while it was nearly empty scanned it
 -- whole for every term: these functions never scan it sequentially, whatever its size was when
@@ -657,6 +704,13 @@ declare
     -- how deep the lists' tops are read for x_lb, and whether that is still to be done
     x_depth integer;
     x_pending boolean;
+    -- x_lb from a short list: the shortest list's term (by index, when it holds at most 10,000
+    -- of the reader's postings), the term whose bits rank its chunks, those bits and their w_max
+    s_j integer;
+    s_b integer;
+    s_bits bytea;
+    s_wmax bigint;
+    s_lb double precision;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
     -- an extension that reads one term (read like a round of one range), and the old cut it stops at
@@ -820,6 +874,8 @@ begin
               into t_terms, t_ws, t_maxcs, t_dfs, t_bw, x_lb
               from mx;
             nt := cardinality(t_terms);
+            -- (the short list for x_lb, if there is one; used only when x_lb is scored, below)
+            s_j := (select x.i from unnest(t_dfs) with ordinality as x(df, i) where x.df <= 10000 order by x.df, x.i limit 1);
             k_cuts := array_fill(null::double precision, array[nt]);
             k_ns := array_fill(null::bigint, array[nt]);
             tot := (select sum(x) from unnest(t_maxcs) as x);
@@ -1029,6 +1085,23 @@ begin
                         select greatest(x_lb, t.lb) into x_lb
                           from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
                                                  _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
+                        -- and from a short list, when the final round will read 50,000 postings or more (below
+                        -- that the ~1-2 ms it costs was more than it saved: docs/bm25.md, "x_lb from a short list")
+                        if s_j is not null and n_left >= 50000 then
+                            select x.i, tb.bits || ''::bytea, tb.w_max into s_b, s_bits, s_wmax
+                              from unnest(t_terms, t_maxcs) with ordinality as x(term, mc, i)
+                              join groundkit.term_bits tb on tb.term = x.term and tb.bits is not null
+                             where x.i <> s_j order by x.mc desc, x.i limit 1;
+                            if s_b is not null then
+                                select s.lb into s_lb
+                                  from groundkit._short_lb(t_terms, t_ws, s_j, t_maxcs[s_b], s_bits, s_wmax, buckets, x_cands, v_k1, v_b,
+                                                           v_avgdl, v_rank, v_member, _search_pruned.content_types,
+                                                           _search_pruned.space_ids, _search_pruned.k) s;
+                                raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
+                                    s_lb, t_terms[s_j], t_terms[s_b], x_lb;
+                                x_lb := greatest(x_lb, s_lb);
+                            end if;
+                        end if;
                         x_pending := false;
                         raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, for the final round', x_lb;
                     end if;
@@ -1549,6 +1622,22 @@ begin
                     select greatest(x_lb, t.lb) into x_lb
                       from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
                                              _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
+                    -- and from a short list, when this round read 50,000 postings or more (as above)
+                    if s_j is not null and (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr) >= 50000 then
+                        select x.i, tb.bits || ''::bytea, tb.w_max into s_b, s_bits, s_wmax
+                          from unnest(t_terms, t_maxcs) with ordinality as x(term, mc, i)
+                          join groundkit.term_bits tb on tb.term = x.term and tb.bits is not null
+                         where x.i <> s_j order by x.mc desc, x.i limit 1;
+                        if s_b is not null then
+                            select s.lb into s_lb
+                              from groundkit._short_lb(t_terms, t_ws, s_j, t_maxcs[s_b], s_bits, s_wmax, buckets, x_cands, v_k1, v_b,
+                                                       v_avgdl, v_rank, v_member, _search_pruned.content_types,
+                                                       _search_pruned.space_ids, _search_pruned.k) s;
+                            raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
+                                s_lb, t_terms[s_j], t_terms[s_b], x_lb;
+                            x_lb := greatest(x_lb, s_lb);
+                        end if;
+                    end if;
                     x_pending := false;
                     raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, after a round that kept % visible chunks',
                         x_lb, n_vis;

@@ -494,3 +494,70 @@ def test_a_final_round_over_ranges_estimates_its_candidates(community: Groundkit
             assert any(m.startswith("groundkit pruned: threshold term bits of amber leave") for m in msgs), msgs
     finally:
         raw.remove_notice_handler(keep)
+
+
+def test_x_lb_from_a_short_list(community: Groundkit, raw: Raw) -> None:
+    """x_lb from a short list (docs/bm25.md, "x_lb from a short list"): when a query of three
+    terms or more commits to a final round that reads 50,000 postings or more, the chunks of its
+    shortest list (at most 10,000 postings) are ranked by their own part plus the maximum of the
+    heaviest other term with bits where that term's bit is set, and the best are scored exactly.
+    In this world of 100,000 chunks the best answers to 'amber basalt cobalt fife fife gneiss'
+    hold 'gneiss' (1 %) and 'fife' (8 %), which the lists' tops do not find: the final round then
+    runs at a level well above the tops' bound, and the answers equal the exhaustive path's. Chunks
+    written after the bits (ids above their w_max) that hold both are among the best, so the
+    ranking's test of ids past the bits is exercised too."""
+    from groundkit.models import ContentObject
+
+    gk = community
+    rng = random.Random(11)
+    objs = []
+    for i in range(100_000):
+        words = ["filler"] * rng.randint(0, 20)
+        for word, share in (("amber", 0.3), ("basalt", 0.25), ("cobalt", 0.2)):
+            if rng.random() < share:
+                words += [word] * rng.randint(1, 2)
+        short = rng.random() < 0.01
+        if rng.random() < (0.5 if short else 0.08):
+            words += ["fife"] * rng.randint(1, 3)
+        if short:
+            words += ["gneiss"] * rng.randint(1, 2) + ["filler"] * rng.randint(5, 30)
+        rng.shuffle(words)
+        objs.append(ContentObject(object_id=f"o{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body=" ".join(words) or "empty"))
+    for start in range(0, len(objs), 5000):
+        gk.put_objects(objs[start:start + 5000])
+    gk.analyze_postings(min_postings=1000)
+    # after the bits: a few short chunks that hold both, above w_max and past the bits' last word
+    # (get_bit fails there), after 70 others
+    gk.put_objects([ContentObject(object_id=f"pad{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body="filler words") for i in range(70)])
+    gk.put_objects([ContentObject(object_id=f"late{i}", version=1, content_type="board_post", space_id="open",
+                                  tier_visibility="T0", title="", body="gneiss fife fife amber " + "filler " * i)
+                    for i in range(3)])
+    w_max = raw.execute("select w_max from groundkit.term_bits where term = 'fife'").fetchone()
+    late = {c for (c,) in raw.execute("select chunk_id from groundkit.chunks where object_id like 'late%'")}
+    n_bits = raw.execute("select 8 * length(bits) from groundkit.term_bits where term = 'fife'").fetchone()
+    assert w_max is not None and n_bits is not None and min(late) > w_max[0] and min(late) >= n_bits[0]
+    msgs: list[str] = []
+
+    def keep(d: psycopg.errors.Diagnostic) -> None:
+        msgs.append(d.message_primary or "")
+
+    raw.add_notice_handler(keep)
+    try:
+        for k in (10, 30, 100):
+            msgs.clear()
+            got = _exact(raw, "t0", "amber basalt cobalt fife fife gneiss", k)
+            assert late & {c for c, _s in got}
+            bound = [m for m in msgs if m.startswith("groundkit pruned: threshold x_lb") and "from the short list" in m]
+            assert len(bound) == 1, msgs
+            found = re.fullmatch(r"groundkit pruned: threshold x_lb (\S+) from the short list of gneiss \(by the bits"
+                                 r" of fife\), (\S+) from the lists' tops", bound[0])
+            assert found, bound
+            from_short, from_tops = float(found.group(1)), float(found.group(2))
+            assert from_short > 1.2 * from_tops, bound
+            assert from_short <= got[-1][1] + 1e-9  # a lower bound on the k-th score
+            final = [m for m in msgs if m.startswith("groundkit pruned: threshold guess") and "(final t)" in m]
+            assert len(final) == 1 and final[0].startswith(f"groundkit pruned: threshold guess {found.group(1)} "), msgs
+    finally:
+        raw.remove_notice_handler(keep)
