@@ -1085,8 +1085,9 @@ begin
                         select greatest(x_lb, t.lb) into x_lb
                           from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
                                                  _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
-                        -- and from a short list, when the final round will read 50,000 postings or more (below
-                        -- that the ~1-2 ms it costs was more than it saved: docs/bm25.md, "x_lb from a short list")
+                        -- and from a short list, when the round the final one replaces would read 50,000
+                        -- postings or more (below that, the 1-6 ms it costs was more than it saved:
+                        -- docs/bm25.md, "x_lb from a short list")
                         if s_j is not null and n_left >= 50000 then
                             select x.i, tb.bits || ''::bytea, tb.w_max into s_b, s_bits, s_wmax
                               from unnest(t_terms, t_maxcs) with ordinality as x(term, mc, i)
