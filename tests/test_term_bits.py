@@ -498,13 +498,14 @@ def test_a_final_round_over_ranges_estimates_its_candidates(community: Groundkit
 
 def test_x_lb_from_a_short_list(community: Groundkit, raw: Raw) -> None:
     """x_lb from a short list (docs/bm25.md, "x_lb from a short list"): when a query of three
-    terms or more commits to a final round that reads 50,000 postings or more, the chunks of its
-    shortest list (at most 10,000 postings) are ranked by their own part plus the maximum of the
-    heaviest other term with bits where that term's bit is set, and the best are scored exactly.
+    terms or more commits to its final round in place of a round that would read 50,000 postings
+    or more, the chunks of its shortest list (at most 10,000 postings) are ranked by their own
+    part plus the maximum of the heaviest other term with bits where that term's bit is set, and
+    the best are scored exactly.
     In this world of 100,000 chunks the best answers to 'amber basalt cobalt fife fife gneiss'
     hold 'gneiss' (1 %) and 'fife' (8 %), which the lists' tops do not find: the final round then
     runs at a level well above the tops' bound, and the answers equal the exhaustive path's. Chunks
-    written after the bits (ids above their w_max) that hold both are among the best, so the
+    written after the bits (ids past their last byte) that hold both are among the best, so the
     ranking's test of ids past the bits is exercised too."""
     from groundkit.models import ContentObject
 
