@@ -298,13 +298,15 @@ begin
     end if;
     partners := array(
         select case when coalesce(p_filter[r.i], false) and p_wmax is not null then
-                   ' and (q.chunk_id > $11'
+                   -- (a CASE: get_bit fails past the end of the bytes, and only a CASE fixes the
+                   -- order in which the two tests run)
+                   ' and (case when q.chunk_id > $11 then true else false'
                    || coalesce((select string_agg(format(
                                                ' or coalesce(get_bit((select tb.bits || ''''::bytea from groundkit.term_bits tb'
                                                ' where tb.term = ($1)[%s]), q.chunk_id), 1) = 1', u.i), '' order by u.i)
                                   from unnest(p_rd) as u(i)
                                  where u.i <> r.i), '')
-                   || ')'
+                   || ' end)'
                else '' end
           from generate_series(1, cardinality(p_terms)) as r(i)
          order by r.i);
