@@ -417,22 +417,44 @@ as $$
 $$;
 
 -- x_lb from a short list (docs/bm25.md, "x_lb from a short list"): another lower bound on the
--- k-th score, from the chunks of the query's shortest list (p_short, by index). Its postings in
--- the reader's buckets are ranked by their own contribution plus p_mc, the largest maximum of
--- another term with term bits, where that term's bit is set (p_bits, as bytes, and above
--- p_wmax, where the bits do not reach); the best p_cands are scored exactly and checked against
--- the live predicate best-first, as in _top_lb. The best answers of a query often hold its
--- rarest term with one of its heaviest, and the lists' tops seldom find them. The caller reads
--- p_bits into a variable first (|| '': an in-memory copy, so that get_bit does not fetch and
--- decompress the value again for every posting). Inlined like _top_lb, for the same reasons.
+-- k-th score, from the chunks of the query's shortest list (p_short, by index). The partner is
+-- the other term of largest maximum (p_maxcs) with term bits; the short list's postings in the
+-- reader's buckets are ranked by their own contribution plus the partner's maximum where its
+-- bit is set (or above its w_max, where the bits do not reach); the best p_cands are scored
+-- exactly and checked against the live predicate best-first, as in _top_lb. The best answers of
+-- a query often hold its rarest term with one of its heaviest, and the lists' tops seldom find
+-- them. Returns the bound (-infinity if fewer than p_k are visible) and the partner, or no row
+-- when no other term has bits.
+-- (PL/pgSQL: the bits are read once into a variable, `|| ''` making an in-memory copy, so that
+-- get_bit does not fetch and decompress the stored value again for every posting.)
+-- The first version (revisions 8e2a0e5 to 9aa0bb2: an SQL function given the partner's bits).
+drop function if exists groundkit._short_lb(
+    text[], double precision[], integer, double precision, bytea, bigint, bigint[], integer,
+    double precision, double precision, double precision, integer, text, text[], text[], integer);
 create or replace function groundkit._short_lb(
-    p_terms text[], p_ws double precision[], p_short integer, p_mc double precision, p_bits bytea, p_wmax bigint,
+    p_terms text[], p_ws double precision[], p_maxcs double precision[], p_short integer,
     p_buckets bigint[], p_cands integer,
     p_k1 double precision, p_b double precision, p_avgdl double precision,
-    p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer)
-returns table (lb double precision)
-language sql stable
+    p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer,
+    out lb double precision, out partner text)
+returns setof record
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
 as $$
+declare
+    v_mc double precision;
+    v_bits bytea;
+    v_wmax bigint;
+begin
+    select x.term, x.mc, tb.bits || ''::bytea, tb.w_max into partner, v_mc, v_bits, v_wmax
+      from unnest(p_terms, p_maxcs) with ordinality as x(term, mc, i)
+      join groundkit.term_bits tb on tb.term = x.term and tb.bits is not null
+     where x.i <> p_short
+     order by x.mc desc, x.i
+     limit 1;
+    if partner is null then
+        return;
+    end if;
     with q as (
         select u.term, u.w from unnest(p_terms, p_ws) as u(term, w)
     ),
@@ -442,8 +464,8 @@ as $$
          where p.term = p_terms[p_short] and p.vis_key = any (p_buckets)
          order by p_ws[p_short] * p.tf / (p.tf + p_k1 * (1 - p_b + p_b * p.doc_len / p_avgdl))
                   -- (in this order: get_bit fails past the end of the bytes)
-                  + case when p.chunk_id > p_wmax then p_mc
-                         when get_bit(p_bits, p.chunk_id) = 1 then p_mc
+                  + case when p.chunk_id > v_wmax then v_mc
+                         when get_bit(v_bits, p.chunk_id) = 1 then v_mc
                          else 0 end desc
          limit p_cands
     ),
@@ -455,12 +477,14 @@ as $$
           join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
          group by c.chunk_id
     )
-    select case when count(*) >= p_k then min(z.score) else '-infinity' end
+    select case when count(*) >= p_k then min(z.score) else '-infinity' end into lb
       from (select s.score
               from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
              where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
                                                                   p_content_types, p_space_ids))
-             limit p_k) z
+             limit p_k) z;
+    return next;
+end
 $$;
 
 -- The pending part (docs/bm25.md, "The pending part"). Its table grows from empty to tens of
@@ -706,13 +730,14 @@ declare
     -- how deep the lists' tops are read for x_lb, and whether that is still to be done
     x_depth integer;
     x_pending boolean;
-    -- x_lb from a short list: the shortest list's term (by index, when it holds at most 10,000
-    -- of the reader's postings), the term whose bits rank its chunks, those bits and their w_max
+    -- x_lb from a short list: the shortest list's term (by index, when it holds at most s_max
+    -- of the reader's postings), scored only when the round the final one replaces (or a round
+    -- that failed) reads s_min postings or more; the bound, and the term whose bits ranked it
+    s_max constant double precision := 10000;
+    s_min constant double precision := 50000;
     s_j integer;
-    s_b integer;
-    s_bits bytea;
-    s_wmax bigint;
     s_lb double precision;
+    s_partner text;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
     -- an extension that reads one term (read like a round of one range), and the old cut it stops at
@@ -877,7 +902,7 @@ begin
               from mx;
             nt := cardinality(t_terms);
             -- (the short list for x_lb, if there is one; used only when x_lb is scored, below)
-            s_j := (select x.i from unnest(t_dfs) with ordinality as x(df, i) where x.df <= 10000 order by x.df, x.i limit 1);
+            s_j := (select x.i from unnest(t_dfs) with ordinality as x(df, i) where x.df <= s_max order by x.df, x.i limit 1);
             k_cuts := array_fill(null::double precision, array[nt]);
             k_ns := array_fill(null::bigint, array[nt]);
             tot := (select sum(x) from unnest(t_maxcs) as x);
@@ -1090,18 +1115,14 @@ begin
                         -- and from a short list, when the round the final one replaces would read 50,000
                         -- postings or more (below that, the 1-6 ms it costs was more than it saved:
                         -- docs/bm25.md, "x_lb from a short list")
-                        if s_j is not null and n_left >= 50000 then
-                            select x.i, tb.bits || ''::bytea, tb.w_max into s_b, s_bits, s_wmax
-                              from unnest(t_terms, t_maxcs) with ordinality as x(term, mc, i)
-                              join groundkit.term_bits tb on tb.term = x.term and tb.bits is not null
-                             where x.i <> s_j order by x.mc desc, x.i limit 1;
-                            if s_b is not null then
-                                select s.lb into s_lb
-                                  from groundkit._short_lb(t_terms, t_ws, s_j, t_maxcs[s_b], s_bits, s_wmax, buckets, x_cands, v_k1, v_b,
-                                                           v_avgdl, v_rank, v_member, _search_pruned.content_types,
-                                                           _search_pruned.space_ids, _search_pruned.k) s;
+                        if s_j is not null and n_left >= s_min then
+                            select s.lb, s.partner into s_lb, s_partner
+                              from groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b, v_avgdl,
+                                                       v_rank, v_member, _search_pruned.content_types,
+                                                       _search_pruned.space_ids, _search_pruned.k) s;
+                            if s_partner is not null then
                                 raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
-                                    s_lb, t_terms[s_j], t_terms[s_b], x_lb;
+                                    s_lb, t_terms[s_j], s_partner, x_lb;
                                 x_lb := greatest(x_lb, s_lb);
                             end if;
                         end if;
@@ -1626,18 +1647,14 @@ begin
                       from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
                                              _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
                     -- and from a short list, when this round read 50,000 postings or more (as above)
-                    if s_j is not null and (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr) >= 50000 then
-                        select x.i, tb.bits || ''::bytea, tb.w_max into s_b, s_bits, s_wmax
-                          from unnest(t_terms, t_maxcs) with ordinality as x(term, mc, i)
-                          join groundkit.term_bits tb on tb.term = x.term and tb.bits is not null
-                         where x.i <> s_j order by x.mc desc, x.i limit 1;
-                        if s_b is not null then
-                            select s.lb into s_lb
-                              from groundkit._short_lb(t_terms, t_ws, s_j, t_maxcs[s_b], s_bits, s_wmax, buckets, x_cands, v_k1, v_b,
-                                                       v_avgdl, v_rank, v_member, _search_pruned.content_types,
-                                                       _search_pruned.space_ids, _search_pruned.k) s;
+                    if s_j is not null and (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr) >= s_min then
+                        select s.lb, s.partner into s_lb, s_partner
+                          from groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b, v_avgdl,
+                                                   v_rank, v_member, _search_pruned.content_types,
+                                                   _search_pruned.space_ids, _search_pruned.k) s;
+                        if s_partner is not null then
                             raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
-                                s_lb, t_terms[s_j], t_terms[s_b], x_lb;
+                                s_lb, t_terms[s_j], s_partner, x_lb;
                             x_lb := greatest(x_lb, s_lb);
                         end if;
                     end if;

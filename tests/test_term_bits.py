@@ -87,6 +87,16 @@ def _corpus(gk: Groundkit) -> None:
         gk.put_object(f"rare{i}", 1, "board_post", "open", "T0", "", "granite basalt " + "pad " * (i % 7))
 
 
+def _load(gk: Groundkit, bodies: list[str]) -> None:
+    """One T0 board post in the open space per body, in batches of 5,000."""
+    from groundkit.models import ContentObject
+
+    objs = [ContentObject(object_id=f"o{i}", version=1, content_type="board_post", space_id="open",
+                          tier_visibility="T0", title="", body=body) for i, body in enumerate(bodies)]
+    for start in range(0, len(objs), 5000):
+        gk.put_objects(objs[start:start + 5000])
+
+
 def test_term_bits_are_the_postings_and_search_stays_exact(community: Groundkit, raw: Raw) -> None:
     gk = community
     _corpus(gk)
@@ -459,12 +469,10 @@ def test_a_final_round_over_ranges_estimates_its_candidates(community: Groundkit
     so amber is looked up (by its bits) rather than read. Counting every posting read as a
     candidate, as before, the round read all three lists (probed {f,f,f}). Answers equal the
     exhaustive path's either way."""
-    from groundkit.models import ContentObject
-
     gk = community
     rng = random.Random(11)
-    objs = []
-    for i in range(50_000):
+    bodies = []
+    for _ in range(50_000):
         words = ["filler"] * rng.randint(0, 20)
         for word, share in (("amber", 0.4), ("basalt", 0.14)):
             if rng.random() < share:
@@ -472,10 +480,8 @@ def test_a_final_round_over_ranges_estimates_its_candidates(community: Groundkit
         if rng.random() < 0.08:
             words += ["cobalt"] * rng.randint(1, 3) + ["filler"] * (30 if rng.random() < 0.9 else 0)
         rng.shuffle(words)
-        objs.append(ContentObject(object_id=f"o{i}", version=1, content_type="board_post", space_id="open",
-                                  tier_visibility="T0", title="", body=" ".join(words) or "empty"))
-    for start in range(0, len(objs), 5000):
-        gk.put_objects(objs[start:start + 5000])
+        bodies.append(" ".join(words) or "empty")
+    _load(gk, bodies)
     gk.analyze_postings(min_postings=1000)  # sketches of all three lists
     msgs: list[str] = []
 
@@ -516,8 +522,8 @@ def test_x_lb_from_a_short_list(community: Groundkit, raw: Raw) -> None:
 
     gk = community
     rng = random.Random(11)
-    objs = []
-    for i in range(100_000):
+    bodies = []
+    for _ in range(100_000):
         words = ["filler"] * rng.randint(0, 20)
         for word, share in (("amber", 0.3), ("basalt", 0.25), ("cobalt", 0.2)):
             if rng.random() < share:
@@ -528,10 +534,8 @@ def test_x_lb_from_a_short_list(community: Groundkit, raw: Raw) -> None:
         if short:
             words += ["gneiss"] * rng.randint(1, 2) + ["filler"] * rng.randint(5, 30)
         rng.shuffle(words)
-        objs.append(ContentObject(object_id=f"o{i}", version=1, content_type="board_post", space_id="open",
-                                  tier_visibility="T0", title="", body=" ".join(words) or "empty"))
-    for start in range(0, len(objs), 5000):
-        gk.put_objects(objs[start:start + 5000])
+        bodies.append(" ".join(words) or "empty")
+    _load(gk, bodies)
     gk.analyze_postings(min_postings=1000)
     # after the bits: a few short chunks that hold both, above w_max and past the bits' last word
     # (get_bit fails there), after 70 others
