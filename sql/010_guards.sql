@@ -1,6 +1,17 @@
 -- Invariants enforced by the database itself, not by application discipline.
 -- Replaceable: re-applied after every `groundkit migrate`.
 
+-- The advisory lock of the pending part (docs/bm25.md, "The pending part"): a merge takes it
+-- exclusive, and writers that replace or move chunks whose postings may be pending take it
+-- shared. One definition, so that the two sides cannot name different locks.
+create or replace function groundkit._pending_lock_key()
+returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select hashtextextended('groundkit.pending', 0)
+$$;
+
 -- The content log is append-only. The one permitted UPDATE is the scrub that redaction
 -- performs: payload text set to NULL on an object that has a 'redact' event, every other
 -- column unchanged.

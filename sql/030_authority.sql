@@ -89,7 +89,7 @@ declare
 begin
     -- No merge may move these chunks' postings meanwhile: term_stats counts the chunks' terms in
     -- postings, not those still pending (docs/bm25.md, "The pending part").
-    perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
+    perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
     insert into groundkit.term_stats as t (term, scope, shard, df)
     select u.lexeme, d.scope, my_shard, sum(d.delta)
       from (select x.chunk_id, x.old_scope as scope, -1 as delta

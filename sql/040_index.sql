@@ -63,6 +63,21 @@ as $$
                 else scope_rank::bigint end
 $$;
 
+-- A posting's stored impact (postings.imp, docs/bm25.md "Postings"): the BM25 term-frequency
+-- part tf / (tf + k1 (1 - b + b dl / avgdl_ref)) with groundkit.bm25_impact's parameters, as a
+-- real. The one definition of it for writes, merges, reindex_impacts() and state_checksum():
+-- pruning is exact only while every stored impact is this function of its posting. One
+-- expression with no SET clause, so that it is inlined into the statement that calls it; as
+-- for _top_lb, its callers pin search_path and PUBLIC may not execute it (sql/090_roles.sql).
+-- (Revision 0002, frozen, keeps its own copy for the postings it filled.)
+create or replace function groundkit._impact(
+    tf integer, doc_len integer, k1 double precision, b double precision, avgdl_ref double precision)
+returns real
+language sql immutable parallel safe
+as $$
+    select (tf / (tf + k1 * (1 - b + b * doc_len / avgdl_ref)))::real
+$$;
+
 -- Recompute the derived rows of a set of objects from their latest log events: set-based, so
 -- the bulk path and rebuild() write many objects per statement. Callers hold the objects'
 -- locks. Statistics change by one ordered upsert of the net deltas, in this transaction.
@@ -112,13 +127,13 @@ begin
     -- writer reads where they are, and no merge waits for counter rows such a writer holds
     -- while that writer waits for the merge (docs/bm25.md, "The pending part").
     if not p_rebuilding and not pend then
-        perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
+        perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
     end if;
     -- A new object has no chunks to replace: one statement instead of four (a one-object write
     -- runs about twenty statements, and each costs its executor start-up).
     if not p_rebuilding and exists (select 1 from groundkit.chunks c where c.object_id = any (p_ids)) then
         if pend then
-            perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
+            perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
         end if;
         -- One pass over the old chunks' lexemes. The statistics they contributed: their lexemes
         -- are exactly their postings' terms, and term_stats counts those in postings, not the
@@ -237,7 +252,7 @@ begin
     )
     insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)
     select u.lexeme, c.chunk_id, x.tf, c.doc_len, ev.vis_key,
-           (x.tf / (x.tf + imp.k1 * (1 - imp.b + imp.b * c.doc_len / imp.avgdl_ref)))::real
+           groundkit._impact(x.tf, c.doc_len, imp.k1, imp.b, imp.avgdl_ref)
       from new_chunks c
       join ev on ev.object_id = c.object_id
      cross join lateral unnest(c.tsv) u
@@ -317,8 +332,8 @@ declare
     moved bigint;
 begin
     if p_wait then
-        perform pg_advisory_xact_lock(hashtextextended('groundkit.pending', 0));
-    elsif not pg_try_advisory_xact_lock(hashtextextended('groundkit.pending', 0)) then
+        perform pg_advisory_xact_lock(groundkit._pending_lock_key());
+    elsif not pg_try_advisory_xact_lock(groundkit._pending_lock_key()) then
         return 0;
     end if;
     -- before the impact parameters are read: reindex_impacts() (SHARE) waits for this, or this
@@ -331,7 +346,7 @@ begin
     ins as (
         insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)
         select m.term, m.chunk_id, m.tf, m.doc_len, m.vis_key,
-               (m.tf / (m.tf + imp.k1 * (1 - imp.b + imp.b * m.doc_len / imp.avgdl_ref)))::real
+               groundkit._impact(m.tf, m.doc_len, imp.k1, imp.b, imp.avgdl_ref)
           from moving m
          order by m.term, m.chunk_id
     ),
@@ -395,7 +410,7 @@ begin
       from groundkit.config c
     returning i.* into ip;
     update groundkit.postings p
-       set imp = (p.tf / (p.tf + ip.k1 * (1 - ip.b + ip.b * p.doc_len / ip.avgdl_ref)))::real;
+       set imp = groundkit._impact(p.tf, p.doc_len, ip.k1, ip.b, ip.avgdl_ref);
     get diagnostics n = row_count;
     perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));  -- the sketches hold impacts
     return n;

@@ -248,7 +248,7 @@ begin
     perform pg_advisory_xact_lock(hashtextextended('groundkit.redact', 0));
     -- and before any counter row, the lock a merge of the pending part takes exclusively
     -- (_materialize_many takes it again below; docs/bm25.md, "The pending part")
-    perform pg_advisory_xact_lock_shared(hashtextextended('groundkit.pending', 0));
+    perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
     perform groundkit._lock_object(redact_object.object_id);
     select * into cur from groundkit.objects o where o.object_id = redact_object.object_id for update;
     if found and cur.state = 'redacted' then

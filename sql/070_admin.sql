@@ -40,7 +40,7 @@ as $$
                     -- pending part"): the same line, and counted in its term's df
                     select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq,
                                      p.term, p.tf, p.doc_len, p.vis_key,
-                                     (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real)
+                                     groundkit._impact(p.tf, p.doc_len, i.k1, i.b, i.avgdl_ref))
                       from groundkit.pending_postings p
                       cross join groundkit.bm25_impact i
                       left join groundkit.chunks c on c.chunk_id = p.chunk_id
