@@ -4,7 +4,8 @@ Two halves, in the style of pgai's privilege tests:
 
 - the catalog: every privilege PUBLIC, ``groundkit_reader`` and ``groundkit_writer`` hold on
   the schema and anything in it, who owns what, and which functions are SECURITY DEFINER, as
-  a grid compared with ``evals/permission/privileges.txt``;
+  a grid compared with ``evals/permission/privileges.txt``, which also lists the functions
+  that do not pin ``search_path`` (the inlined SQL helpers, and nothing else);
 - the behaviour: non-superuser login roles that are members of those roles connect and try
   both doors. Direct table access is denied; the functions work.
 
@@ -60,6 +61,12 @@ select concat_ws('  ', 'security definer', p.oid::regprocedure::text,
                  array_to_string(p.proconfig, ','))
   from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
  where n.nspname = 'groundkit' and p.prosecdef
+union all
+select concat_ws('  ', 'search_path not pinned', p.oid::regprocedure::text, 'language=' || l.lanname)
+  from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+  join pg_catalog.pg_language l on l.oid = p.prolang
+ where n.nspname = 'groundkit'
+   and not coalesce('search_path=pg_catalog, pg_temp' = any (p.proconfig), false)
 union all
 select concat_ws('  ', 'owner', 'schema groundkit', pg_catalog.pg_get_userbyid(n.nspowner))
   from pg_catalog.pg_namespace n where n.nspname = 'groundkit'
