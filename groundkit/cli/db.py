@@ -8,7 +8,8 @@ from groundkit import embedded
 from groundkit.cli._common import handle_errors, out
 from groundkit.config import Settings
 
-app = typer.Typer(help="Show or manage the embedded PostgreSQL server.", no_args_is_help=True)
+app = typer.Typer(help="Show or manage the embedded PostgreSQL server.", no_args_is_help=True,
+                  rich_markup_mode="markdown")
 
 
 @app.command()

@@ -16,7 +16,8 @@ from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import resolve_dsn
 from groundkit.errors import InvalidArgument
 
-app = typer.Typer(help="Run groundkit's evals.", no_args_is_help=True)
+app = typer.Typer(help="Run groundkit's evals.", no_args_is_help=True,
+                  rich_markup_mode="markdown")
 app.command("gate")(eval_gate.gate)
 
 

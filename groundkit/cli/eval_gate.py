@@ -16,7 +16,8 @@ from groundkit.config import Settings
 from groundkit.errors import InvalidArgument
 from groundkit.evals.gate import SECTIONS, GateOptions, run_gate
 
-app = typer.Typer(help="Evaluations: the permission gate.", no_args_is_help=True)
+app = typer.Typer(help="Evaluations: the permission gate.", no_args_is_help=True,
+                  rich_markup_mode="markdown")
 
 
 @handle_errors

@@ -6,12 +6,20 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeRemainingColumn,
+)
 
 import groundkit
 from groundkit.cli import db as db_cli
@@ -29,6 +37,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Markdown joins a docstring's wrapped lines in the command list; "rich" keeps them.
+    rich_markup_mode="markdown",
 )
 app.add_typer(db_cli.app, name="db")
 app.add_typer(eval_cli.app, name="eval")
@@ -98,6 +108,36 @@ def put_space(
     out.print(f"space {space_id}: min tier {min_tier}, {'private' if private else 'public'}")
 
 
+def _objects_of(path: Path) -> Iterator[tuple[int, ContentObject, int]]:
+    """(line number, object, the line's size in bytes) for each non-blank line of a JSON Lines
+    file, read one line at a time; a line that is not a valid object is InvalidArgument."""
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                obj = ContentObject.model_validate_json(raw)
+            except ValueError as exc:
+                raise InvalidArgument(f"{path}:{n}: {exc}") from None
+            yield n, obj, len(raw)
+
+
+def _batches(objects: Iterable[tuple[int, ContentObject, int]], size: int) -> Iterator[list[ContentObject]]:
+    """Consecutive objects, at most ``size`` per transaction; an object_id seen twice starts a
+    new batch (put_objects takes each object once per call), so the file's order of writes is
+    kept."""
+    group: list[ContentObject] = []
+    ids: set[str] = set()
+    for _n, obj, _size in objects:
+        if len(group) >= size or obj.object_id in ids:
+            yield group
+            group, ids = [], set()
+        group.append(obj)
+        ids.add(obj.object_id)
+    if group:
+        yield group
+
+
 @app.command()
 @handle_errors
 def ingest(
@@ -114,34 +154,27 @@ def ingest(
     """Write objects from a JSON Lines file, one transaction per object (or per --batch), with
     progress; then, after a large load, sketch the postings lists for search's planning, as
     `groundkit analyze` does."""
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    objects = []
-    for n, line in enumerate(lines, start=1):
-        try:
-            objects.append(ContentObject.model_validate_json(line))
-        except ValueError as exc:
-            raise InvalidArgument(f"{path}:{n}: {exc}") from None
-    # Consecutive objects per transaction; an object_id seen twice starts a new batch (put_objects
-    # takes each object once per call), so the file's order of writes is kept.
-    batches: list[list[ContentObject]] = []
-    ids: set[str] = set()
-    for obj in objects:
-        if not batches or len(batches[-1]) >= batch or obj.object_id in ids:
-            batches.append([])
-            ids = set()
-        batches[-1].append(obj)
-        ids.add(obj.object_id)
+    # Two passes over the file, one line at a time: the first checks every line, so that a bad
+    # line stops the ingest before anything is written; the second writes. Memory holds one
+    # batch, whatever the file's size.
+    n_objects = 0
+    with Progress(TextColumn("check"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err,
+                  transient=True) as progress:
+        task = progress.add_task("check", total=path.stat().st_size)
+        for _n, _obj, size in _objects_of(path):
+            n_objects += 1
+            progress.advance(task, size)
     counts: dict[str, int] = {}
     done = 0
     with Groundkit.connect(dsn) as gk, Progress(
         TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
     ) as progress:
-        task = progress.add_task("ingest", total=len(objects))
-        for group in batches:
+        task = progress.add_task("ingest", total=n_objects)
+        for group in _batches(_objects_of(path), batch):
             try:
                 results = [gk.put(group[0])] if batch == 1 else gk.put_objects(group)
             except GroundkitError:
-                err.print(f"stopped at object {done + 1} of {len(objects)} ({group[0].object_id!r}); "
+                err.print(f"stopped at object {done + 1} of {n_objects} ({group[0].object_id!r}); "
                           f"the {done} before it are written", highlight=False)
                 raise
             for result in results:
