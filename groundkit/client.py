@@ -363,6 +363,14 @@ class Groundkit:
         in progress; writers that replace or move chunks wait for it meanwhile."""
         return int(self._scalar("select groundkit.merge_pending()", {}))
 
+    def postings_growth(self) -> float:
+        """How far the chunks have grown since the last :meth:`analyze_postings` (or
+        :meth:`rebuild`): chunk ids issued since, over those it saw (at least over
+        ``groundkit.config.sketch_min_postings``); every chunk id if it never ran. Writes do not
+        refresh the sketches and term bits; search stays exact without them, and slows as this
+        grows (docs/bm25.md, "Analyze after growth")."""
+        return float(self._scalar("select groundkit.postings_growth()", {}))
+
     def set_tier_rank(self, tier: str, rank: int, progress: Callable[[int, int], None] | None = None) -> int:
         """Change a tier's rank and move the chunks whose statistics scope and postings bucket
         carry it, in one transaction; returns the number of chunks moved. Searches go on;

@@ -6,6 +6,7 @@ import json
 import re
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import typer
 from typer.testing import CliRunner
@@ -290,3 +291,49 @@ def test_merge_moves_the_pending_part(dsn: str) -> None:
         assert gk.conn.execute("select count(*) as n from groundkit.postings").fetchone() == pending
     bad = runner.invoke(app, ["merge", "--every", "0", "--dsn", dsn])
     assert bad.exit_code != 0
+
+
+def test_merge_analyzes_after_growth(dsn: str) -> None:
+    """`groundkit merge --analyze-at SHARE` analyzes the postings again once the chunk ids
+    issued since the last analyze reach SHARE of those it saw (groundkit.postings_growth()),
+    and not before; never analyzed counts every chunk; rebuild() counts as an analyze."""
+    def write(ids: range) -> None:
+        with Groundkit.connect(dsn) as gk:
+            for i in ids:
+                gk.put_object(f"p{i}", 1, "board_post", "commons", "T0", "t", "loom weaving wool")
+
+    def state() -> dict[str, Any]:
+        with Groundkit.connect(dsn) as gk:
+            row = gk.conn.execute("select (select through_chunk_id from groundkit.postings_analyzed) as through,"
+                                  " (select max(w_max) from groundkit.term_bits) as w_max,"
+                                  " (select max(chunk_id) from groundkit.chunks) as last").fetchone()
+            assert row is not None
+            return {**row, "growth": gk.postings_growth()}
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.conn.execute("update groundkit.config set sketch_min_postings = 5")
+    write(range(20))
+    before = state()
+    assert before["through"] is None and before["growth"] == before["last"] / 5  # never analyzed
+    merged = runner.invoke(app, ["merge", "--analyze-at", "0.5", "--dsn", dsn])
+    assert merged.exit_code == 0, merged.output
+    assert "merged 60 pending posting(s)" in merged.output and "sketched 3 postings list(s)" in merged.output
+    after = state()
+    assert after["through"] == after["w_max"] == before["last"] and after["growth"] == 0
+    write(range(20, 29))  # 9 of 20: 0.45
+    assert state()["growth"] == 9 / 20
+    merged = runner.invoke(app, ["merge", "--analyze-at", "0.5", "--dsn", dsn])
+    assert merged.exit_code == 0 and "analyzing" not in merged.output, merged.output
+    assert state()["w_max"] == after["w_max"]
+    write(range(29, 30))  # 10 of 20
+    merged = runner.invoke(app, ["merge", "--analyze-at", "0", "--dsn", dsn])  # 0: never
+    assert merged.exit_code == 0 and "analyzing" not in merged.output, merged.output
+    merged = runner.invoke(app, ["merge", "--analyze-at", "0.5", "--dsn", dsn])
+    assert merged.exit_code == 0 and "the chunks grew 50.0% since the last analyze" in merged.output, merged.output
+    assert state()["w_max"] == state()["last"] == after["last"] + 10
+    write(range(30, 35))
+    with Groundkit.connect(dsn) as gk:
+        assert gk.postings_growth() == 5 / 30
+        gk.rebuild()
+        assert gk.postings_growth() == 0

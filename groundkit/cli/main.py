@@ -244,17 +244,29 @@ def merge(
         float | None,
         typer.Option(min=0.01, help="Merge again every this many seconds, until interrupted (Ctrl-C)."),
     ] = None,
+    analyze_at: Annotated[
+        float,
+        typer.Option(min=0, help="After a merge, analyze the postings (as groundkit analyze does) once the "
+                                 "chunks written since the last analyze reach this share of those before "
+                                 "(groundkit.postings_growth()); 0 never."),
+    ] = 0.1,
     dsn: DsnOption = None,
 ) -> None:
     """Merge the pending part (the postings of objects written one at a time) into the postings
-    and the term statistics. Writers merge it themselves every config.pending_merge_chunks
-    chunks; with --every, this runs as a background merger on its own connection."""
+    and the term statistics, and analyze them again once the chunks have grown by --analyze-at.
+    Writers merge it themselves every config.pending_merge_chunks chunks; with --every, this
+    runs as a background merger on its own connection."""
     with Groundkit.connect(dsn) as gk, contextlib.suppress(KeyboardInterrupt):
-        # (an interrupted merge rolls back: the pending part stays as it was)
+        # (an interrupted merge or analyze rolls back: what it would change stays as it was)
         while True:
             moved = gk.merge_pending()
             if every is None or moved:
                 out.print(f"merged {moved} pending posting(s)")
+            if analyze_at > 0 and (growth := gk.postings_growth()) >= analyze_at:
+                out.print(f"the chunks grew {growth:.1%} since the last analyze: analyzing", highlight=False)
+                t0 = time.perf_counter()
+                lists = gk.analyze_postings()
+                out.print(f"sketched {lists} postings list(s) in {time.perf_counter() - t0:.1f} s", highlight=False)
             if every is None:
                 return
             time.sleep(every)
