@@ -155,6 +155,8 @@ WRITES: dict[str, tuple[str, tuple[Any, ...]]] = {
 ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "rebuild": ("select groundkit.rebuild()", ()),
     "analyze_postings": ("select groundkit.analyze_postings()", ()),
+    "merge_pending": ("select groundkit.merge_pending()", ()),
+    "postings_growth": ("select groundkit.postings_growth()", ()),
     "state_checksum": ("select groundkit.state_checksum()", ()),
     "_materialize_many": ("select groundkit._materialize_many(%s)", (["p1"],)),
     "set_tier_rank": ("select groundkit.set_tier_rank(%s, %s)", ("T3", 7)),
