@@ -365,7 +365,7 @@ class Groundkit:
 
     def postings_growth(self) -> float:
         """How far the chunks have grown since the last :meth:`analyze_postings` (or
-        :meth:`rebuild`): chunk ids issued since, over those it saw (at least over
+        :meth:`rebuild`): chunk ids issued since, over the chunks there were then (at least
         ``groundkit.config.sketch_min_postings``); every chunk id if it never ran. Writes do not
         refresh the sketches and term bits; search stays exact without them, and slows as this
         grows (docs/bm25.md, "Analyze after growth")."""

@@ -545,9 +545,9 @@ begin
         w, waited, cardinality(holders);
     delete from groundkit.term_bits;
     -- what this analyze saw, for postings_growth()
-    insert into groundkit.postings_analyzed as a (through_chunk_id, analyzed_at)
-    values (coalesce(w, 0), pg_catalog.now())
-    on conflict (one) do update set through_chunk_id = excluded.through_chunk_id,
+    insert into groundkit.postings_analyzed as a (through_chunk_id, chunks, analyzed_at)
+    values (coalesce(w, 0), (select count(*) from groundkit.chunks c where c.chunk_id <= w), pg_catalog.now())
+    on conflict (one) do update set through_chunk_id = excluded.through_chunk_id, chunks = excluded.chunks,
                                     analyzed_at = excluded.analyzed_at;
     if w is null then
         return 0;
@@ -608,9 +608,9 @@ end
 $$;
 
 -- How far the chunks have grown past the last analyze_postings() (or rebuild()): chunk ids
--- issued since, over the chunk ids it saw, and at least over config.sketch_min_postings (below
--- that no list is long enough to be sketched, so a small database is not analyzed again every
--- few writes). Chunk ids only grow; replaced and deleted chunks count as written. Never
+-- issued since, over the chunks there were then, and at least over config.sketch_min_postings
+-- (below that no list is long enough to be sketched, so a small database is not analyzed again
+-- every few writes). Chunk ids only grow; replaced and deleted chunks count as written. Never
 -- analyzed: every chunk id counts. A merger (`groundkit merge --analyze-at`) analyzes again
 -- past a share of it (docs/bm25.md, "Analyze after growth").
 create or replace function groundkit.postings_growth()
@@ -620,10 +620,11 @@ set search_path = pg_catalog, pg_temp
 as $$
     with seen as (
         select coalesce((select a.through_chunk_id from groundkit.postings_analyzed a), 0) as through,
+               coalesce((select a.chunks from groundkit.postings_analyzed a), 0) as chunks,
                coalesce((select max(c.chunk_id) from groundkit.chunks c), 0) as last
     )
     select greatest(0, seen.last - seen.through)::double precision
-           / greatest(seen.through, (select c.sketch_min_postings from groundkit.config c), 1)
+           / greatest(seen.chunks, (select c.sketch_min_postings from groundkit.config c), 1)
       from seen
 $$;
 

@@ -296,7 +296,8 @@ def test_merge_moves_the_pending_part(dsn: str) -> None:
 def test_merge_analyzes_after_growth(dsn: str) -> None:
     """`groundkit merge --analyze-at SHARE` analyzes the postings again once the chunk ids
     issued since the last analyze reach SHARE of those it saw (groundkit.postings_growth()),
-    and not before; never analyzed counts every chunk; rebuild() counts as an analyze."""
+    and not before, as `groundkit analyze --if-grown SHARE` does; never analyzed counts every
+    chunk; rebuild() counts as an analyze."""
     def write(ids: range) -> None:
         with Groundkit.connect(dsn) as gk:
             for i in ids:
@@ -333,7 +334,17 @@ def test_merge_analyzes_after_growth(dsn: str) -> None:
     assert merged.exit_code == 0 and "the chunks grew 50.0% since the last analyze" in merged.output, merged.output
     assert state()["w_max"] == state()["last"] == after["last"] + 10
     write(range(30, 35))
+    # the same test for a scheduled job: groundkit analyze --if-grown
+    skipped = runner.invoke(app, ["analyze", "--if-grown", "0.2", "--dsn", dsn])
+    assert skipped.exit_code == 0 and "grew 16.7% since the last analyze, less than 20.0%: nothing to do" \
+        in skipped.output, skipped.output
+    assert state()["w_max"] == after["last"] + 10
     with Groundkit.connect(dsn) as gk:
         assert gk.postings_growth() == 5 / 30
         gk.rebuild()
         assert gk.postings_growth() == 0
+    write(range(35, 42))  # 7 over the 35 chunks rebuild() saw, whose ids start past the old ones
+    assert state()["growth"] == 7 / 35
+    analyzed = runner.invoke(app, ["analyze", "--if-grown", "0.2", "--dsn", dsn])
+    assert analyzed.exit_code == 0 and "sketched 3 postings list(s)" in analyzed.output, analyzed.output
+    assert state()["growth"] == 0

@@ -221,10 +221,21 @@ def analyze(
         int | None,
         typer.Option(help="Sketch lists at least this long (default: groundkit.config.sketch_min_postings)."),
     ] = None,
+    if_grown: Annotated[
+        float | None,
+        typer.Option(min=0, help="Only once the chunk ids issued since the last analyze reach this share of "
+                                 "the chunks there were then (groundkit.postings_growth()), as groundkit merge "
+                                 "--analyze-at does; for a scheduled job."),
+    ] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Sketch the long postings lists (planning statistics for search, like ANALYZE), with
     progress. Run it after large loads; searches and writers go on meanwhile."""
+    with Groundkit.connect(dsn) as gk:
+        if if_grown is not None and (growth := gk.postings_growth()) < if_grown:
+            out.print(f"the chunks grew {growth:.1%} since the last analyze, less than {if_grown:.1%}: "
+                      "nothing to do", highlight=False)
+            return
     with Groundkit.connect(dsn) as gk, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
     ) as progress:
@@ -247,8 +258,8 @@ def merge(
     analyze_at: Annotated[
         float,
         typer.Option(min=0, help="After a merge, analyze the postings (as groundkit analyze does) once the "
-                                 "chunks written since the last analyze reach this share of those before "
-                                 "(groundkit.postings_growth()); 0 never."),
+                                 "chunk ids issued since the last analyze reach this share of the chunks there were "
+                                 "then (groundkit.postings_growth()); 0 never."),
     ] = 0.1,
     dsn: DsnOption = None,
 ) -> None:

@@ -8,8 +8,8 @@ Create Date: 2026-12-02
 Writes do not refresh the sketches and term bits that ``analyze_postings()`` makes; search stays
 exact without them but plans and looks up worse as the chunks past them grow (at 1M chunks, a
 tenth more unanalyzed made the broad reader's p95 1.20x slower). One row says up to which chunk
-id the last analyze saw, so that ``postings_growth()`` can tell a merger when to analyze again.
-No row: never analyzed.
+id the last analyze saw, and how many chunks there were, so that ``postings_growth()`` can tell
+a merger when to analyze again. No row: never analyzed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def upgrade() -> None:
 create table groundkit.postings_analyzed (
     one boolean primary key default true check (one),
     through_chunk_id bigint not null check (through_chunk_id >= 0),
+    chunks bigint not null check (chunks >= 0),
     analyzed_at timestamptz not null
 );
 """
