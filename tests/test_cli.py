@@ -111,36 +111,40 @@ def test_ingest_shows_statuses(dsn: str, tmp_path: Path) -> None:
 
 def test_ingest_sketches_afterwards(dsn: str, tmp_path: Path) -> None:
     """An ingest that wrote something sketches the postings lists, as `groundkit analyze`
-    does, with --analyze or by default after 1,000 objects; --no-analyze, or fewer objects,
-    leaves them as they were."""
+    does, with --analyze, or by default once the chunks have grown by a tenth since the last
+    analyze (groundkit.postings_growth()); --no-analyze, or a smaller load, leaves them as
+    they were."""
     with Groundkit.connect(dsn) as gk:
         gk.put_space("commons")
         gk.conn.execute("update groundkit.config set sketch_min_postings = 5")
     line = {"version": 1, "content_type": "board_post", "space_id": "commons", "tier_visibility": "T0",
             "title": "t", "body": "loom"}
     path = tmp_path / "objects.jsonl"
-    path.write_text("".join(json.dumps({**line, "object_id": f"p{i}"}) + "\n" for i in range(6)), encoding="utf-8")
-    result = runner.invoke(app, ["ingest", str(path), "--no-analyze", "--dsn", dsn])
-    assert result.exit_code == 0 and "6 applied" in result.output and "sketched" not in result.output
-    with Groundkit.connect(dsn) as gk:
-        assert gk.conn.execute("select count(*) as n from groundkit.postings_sketch").fetchone() == {"n": 0}
-    path.write_text("".join(json.dumps({**line, "object_id": f"q{i}"}) + "\n" for i in range(2)), encoding="utf-8")
-    result = runner.invoke(app, ["ingest", str(path), "--batch", "2", "--dsn", dsn])  # a small load
-    assert result.exit_code == 0 and "2 applied" in result.output and "sketched" not in result.output
-    path.write_text("".join(json.dumps({**line, "object_id": f"r{i}"}) + "\n" for i in range(2)), encoding="utf-8")
-    result = runner.invoke(app, ["ingest", str(path), "--batch", "2", "--analyze", "--dsn", dsn])
-    assert result.exit_code == 0 and "2 applied" in result.output
-    assert "sketched 1 postings list(s)" in result.output
-    with Groundkit.connect(dsn) as gk:
-        rows = gk.conn.execute("select term, vis_key, n from groundkit.postings_sketch").fetchall()
-        assert rows == [{"term": "loom", "vis_key": 0, "n": 10}]
-    result = runner.invoke(app, ["ingest", str(path), "--analyze", "--dsn", dsn])  # duplicates: nothing written
-    assert result.exit_code == 0 and "2 duplicate" in result.output and "sketched" not in result.output
-    many = [{**line, "object_id": f"m{i}"} for i in range(1000)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in many), encoding="utf-8")
-    result = runner.invoke(app, ["ingest", str(path), "--batch", "500", "--dsn", dsn])  # a large load
-    assert result.exit_code == 0 and "1000 applied" in result.output
-    assert "sketched 1 postings list(s)" in result.output
+
+    def ingest(prefix: str, n: int, *options: str) -> str:
+        path.write_text("".join(json.dumps({**line, "object_id": f"{prefix}{i}"}) + "\n" for i in range(n)),
+                        encoding="utf-8")
+        result = runner.invoke(app, ["ingest", str(path), "--batch", "50", *options, "--dsn", dsn])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    def sketched() -> list[tuple[str, int, int]]:
+        with Groundkit.connect(dsn) as gk:
+            rows = gk.conn.execute("select term, vis_key, n from groundkit.postings_sketch").fetchall()
+        return [(r["term"], r["vis_key"], r["n"]) for r in rows]
+
+    output = ingest("p", 6, "--no-analyze")
+    assert "6 applied" in output and "sketched" not in output and sketched() == []
+    output = ingest("q", 2)  # never analyzed: every chunk counts
+    assert "2 applied" in output and "sketched 1 postings list(s)" in output and sketched() == [("loom", 0, 8)]
+    output = ingest("m", 60)  # 60 over 8
+    assert "sketched 1 postings list(s)" in output and sketched() == [("loom", 0, 68)]
+    output = ingest("s", 2)  # 2 over 68: a small load
+    assert "2 applied" in output and "sketched" not in output and sketched() == [("loom", 0, 68)]
+    output = ingest("s", 2, "--analyze")  # duplicates: nothing written
+    assert "2 duplicate" in output and "sketched" not in output
+    output = ingest("r", 2, "--analyze")
+    assert "2 applied" in output and "sketched 1 postings list(s)" in output and sketched() == [("loom", 0, 72)]
 
 
 def test_ingest_in_batches(dsn: str, tmp_path: Path) -> None:
