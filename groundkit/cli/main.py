@@ -241,15 +241,14 @@ def analyze(
             out.print(f"the chunks grew {growth:.1%} since the last analyze, less than {if_grown:.1%}: "
                       "nothing to do", highlight=False)
             return
-    with Groundkit.connect(dsn) as gk, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
-    ) as progress:
-        task = progress.add_task("analyze", total=None)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                      console=err) as progress:
+            task = progress.add_task("analyze", total=None)
 
-        def advance(done: int, total: int) -> None:
-            progress.update(task, completed=done, total=total)
+            def advance(done: int, total: int) -> None:
+                progress.update(task, completed=done, total=total)
 
-        n = gk.analyze_postings(min_postings=min_postings, progress=advance)
+            n = gk.analyze_postings(min_postings=min_postings, progress=advance)
     out.print(f"sketched {n} postings list(s)")
 
 
