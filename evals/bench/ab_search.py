@@ -22,9 +22,9 @@ import re
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psycopg
 from psycopg import sql
@@ -66,6 +66,54 @@ def bench_queries(n_chunks: int, n_queries: int, seed: int) -> list[str]:
     return Corpus(seed=seed).queries(n_queries, sample)
 
 
+def scores_of(conn: psycopg.Connection[Any], stmt: str | sql.SQL | sql.Composed,
+              k: int) -> Callable[[str, str], list[float]]:
+    """An arm for paired_table: stmt's scores (its last column) for (reader, query, k) on conn."""
+    def run(reader: str, query: str) -> list[float]:
+        return [float(r[-1]) for r in conn.execute(stmt, (reader, query, k)).fetchall()]
+    return run
+
+
+def paired_table(out: IO[str], arms: dict[str, Callable[[str, str], list[float]]], queries: Sequence[str],
+                 repeat: int, per_query: IO[str] | None) -> None:
+    """Time two arms (name -> search returning the scores of one reader's query) on every query
+    for every reader, back to back, alternating which goes first, each query's fastest of
+    ``repeat`` runs per arm, and write a table row per reader: p50 / p95 / mean of each, the
+    ratio of the means and of the p95s (first arm over second), and how many queries returned
+    different scores. With ``per_query``, every query's latencies as JSON lines."""
+    first, second = arms
+    out.write(f"| reader | {first} p50 / p95 / mean ms | {second} p50 / p95 / mean ms | {first} / {second} (mean) "
+              "| p95 ratio | queries with different scores |\n|---|---|---|---|---|---|\n")
+    for reader in READERS:
+        lat: dict[str, list[float]] = {a: [] for a in arms}
+        res: dict[str, list[list[float]]] = {a: [] for a in arms}
+        for i, q in enumerate(queries):
+            best = {a: float("inf") for a in arms}
+            for rep in range(repeat):
+                order = list(arms) if (i + rep) % 2 == 0 else list(arms)[::-1]
+                for a in order:
+                    t0 = time.perf_counter()
+                    got = arms[a](reader, q)
+                    best[a] = min(best[a], 1000 * (time.perf_counter() - t0))
+                    if rep == 0:
+                        res[a].append(got)
+            for a in arms:
+                lat[a].append(best[a])
+            if per_query:
+                per_query.write(json.dumps({"reader": reader, "query": q, **best}) + "\n")
+            log(f"  {reader}: {i + 1}/{len(queries)}")
+        differ = sum(
+            1 for x, y in zip(res[first], res[second], strict=True)
+            if len(x) != len(y) or any(abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(x, y, strict=True))
+        )
+        b, n = lat[first], lat[second]
+        out.write(f"| {reader} | {pct(b, 50):.1f} / {pct(b, 95):.1f} / {statistics.mean(b):.1f} "
+                  f"| {pct(n, 50):.1f} / {pct(n, 95):.1f} / {statistics.mean(n):.1f} "
+                  f"| {statistics.mean(b) / statistics.mean(n):.2f}x | {pct(b, 95) / pct(n, 95):.2f}x "
+                  f"| {differ} |\n")
+        out.flush()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     kept_database_args(ap, queries=150)
@@ -97,36 +145,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     conn.execute(stmt, ("r100", q, args.k)).fetchall()
             out.write(f"\n{len(queries)} queries, k = {args.k}, database gk_bench_{args.chunks}, "
                       f"baseline {args.baseline_rev}\n\n")
-            out.write("| reader | baseline p50 / p95 / mean ms | now p50 / p95 / mean ms | baseline / now (mean) "
-                      "| p95 ratio | queries with different scores |\n|---|---|---|---|---|---|\n")
-            for reader in READERS:
-                lat: dict[str, list[float]] = {a: [] for a in arms}
-                res: dict[str, list[list[Any]]] = {a: [] for a in arms}
-                for i, q in enumerate(queries):
-                    best = {a: float("inf") for a in arms}
-                    for rep in range(args.repeat):
-                        order = list(arms) if (i + rep) % 2 == 0 else list(arms)[::-1]
-                        for a in order:
-                            t0 = time.perf_counter()
-                            rows = conn.execute(arms[a], (reader, q, args.k)).fetchall()
-                            best[a] = min(best[a], 1000 * (time.perf_counter() - t0))
-                            if rep == 0:
-                                res[a].append([float(r[1]) for r in rows])
-                    for a in arms:
-                        lat[a].append(best[a])
-                    if per_query:
-                        per_query.write(json.dumps({"reader": reader, "query": q, **best}) + "\n")
-                    log(f"  {reader}: {i + 1}/{len(queries)}")
-                differ = sum(
-                    1 for x, y in zip(res["baseline"], res["now"], strict=True)
-                    if len(x) != len(y) or any(abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(x, y, strict=True))
-                )
-                b, n = lat["baseline"], lat["now"]
-                out.write(f"| {reader} | {pct(b, 50):.1f} / {pct(b, 95):.1f} / {statistics.mean(b):.1f} "
-                          f"| {pct(n, 50):.1f} / {pct(n, 95):.1f} / {statistics.mean(n):.1f} "
-                          f"| {statistics.mean(b) / statistics.mean(n):.2f}x | {pct(b, 95) / pct(n, 95):.2f}x "
-                          f"| {differ} |\n")
-                out.flush()
+            scores = {a: scores_of(conn, stmt, args.k) for a, stmt in arms.items()}
+            paired_table(out, scores, queries, args.repeat, per_query)
         finally:
             for name in [AB_NAME] + [f"{h}_ab" for h in helpers]:
                 conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(name)))

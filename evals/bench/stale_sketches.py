@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -37,8 +35,8 @@ from psycopg.conninfo import make_conninfo
 from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_search import bench_queries
-from bench_search import READERS, kept_database_args, log, pct
+from ab_search import bench_queries, paired_table, scores_of
+from bench_search import kept_database_args, log
 from corpus import Corpus
 
 import groundkit
@@ -132,36 +130,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             total, added = counts
             out.write(f"\n{len(queries)} queries, k = {args.k}; {source} + {added:,} chunks ({total:,} in all); "
                       f"fastest of {args.repeat} per copy\n\n")
-            out.write("| reader | stale p50 / p95 / mean ms | analyzed p50 / p95 / mean ms | stale / analyzed (mean) "
-                      "| p95 ratio | queries with different scores |\n|---|---|---|---|---|---|\n")
-            for reader in READERS:
-                lat: dict[str, list[float]] = {a: [] for a in conns}
-                res: dict[str, list[list[float]]] = {a: [] for a in conns}
-                for i, q in enumerate(queries):
-                    best = {a: float("inf") for a in conns}
-                    for rep in range(args.repeat):
-                        order = list(conns) if (i + rep) % 2 == 0 else list(conns)[::-1]
-                        for a in order:
-                            t1 = time.perf_counter()
-                            rows = conns[a].execute(stmt, (reader, q, args.k)).fetchall()
-                            best[a] = min(best[a], 1000 * (time.perf_counter() - t1))
-                            if rep == 0:
-                                res[a].append([float(r[2]) for r in rows])
-                    for a in conns:
-                        lat[a].append(best[a])
-                    if per_query:
-                        per_query.write(json.dumps({"reader": reader, "query": q, **best}) + "\n")
-                    log(f"  {reader}: {i + 1}/{len(queries)}")
-                differ = sum(
-                    1 for x, y in zip(res["stale"], res["analyzed"], strict=True)
-                    if len(x) != len(y) or any(abs(u - v) > 1e-9 * max(1.0, abs(u)) for u, v in zip(x, y, strict=True))
-                )
-                s, f = lat["stale"], lat["analyzed"]
-                out.write(f"| {reader} | {pct(s, 50):.1f} / {pct(s, 95):.1f} / {statistics.mean(s):.1f} "
-                          f"| {pct(f, 50):.1f} / {pct(f, 95):.1f} / {statistics.mean(f):.1f} "
-                          f"| {statistics.mean(s) / statistics.mean(f):.2f}x | {pct(s, 95) / pct(f, 95):.2f}x "
-                          f"| {differ} |\n")
-                out.flush()
+            paired_table(out, {"stale": scores_of(stale, stmt, args.k), "analyzed": scores_of(fresh, stmt, args.k)},
+                         queries, args.repeat, per_query)
     finally:
         if not args.keep:
             with psycopg.connect(args.dsn, autocommit=True) as admin:
