@@ -423,25 +423,31 @@ $$;
 -- bit is set (or above its w_max, where the bits do not reach); the best p_cands are scored
 -- exactly and checked against the live predicate best-first, as in _top_lb. The best answers of
 -- a query often hold its rarest term with one of its heaviest, and the lists' tops seldom find
--- them. Returns the bound (-infinity if fewer than p_k are visible) and the partner, or no row
--- when no other term has bits.
+-- them. Returns x_lb raised to that bound (p_x_lb, the bound so far, when no other term has
+-- bits), with a DEBUG line naming both bounds; the caller decides when it is worth its cost.
 -- (PL/pgSQL: the bits are read once into a variable, `|| ''` making an in-memory copy, so that
 -- get_bit does not fetch and decompress the stored value again for every posting.)
--- The first version (revisions 8e2a0e5 to 9aa0bb2: an SQL function given the partner's bits).
+-- The versions before: an SQL function given the partner's bits (revisions 8e2a0e5 to 9aa0bb2),
+-- and one returning the bound and the partner, the caller raising x_lb (to 333b5bb).
 drop function if exists groundkit._short_lb(
     text[], double precision[], integer, double precision, bytea, bigint, bigint[], integer,
+    double precision, double precision, double precision, integer, text, text[], text[], integer);
+drop function if exists groundkit._short_lb(
+    text[], double precision[], double precision[], integer, bigint[], integer,
     double precision, double precision, double precision, integer, text, text[], text[], integer);
 create or replace function groundkit._short_lb(
     p_terms text[], p_ws double precision[], p_maxcs double precision[], p_short integer,
     p_buckets bigint[], p_cands integer,
     p_k1 double precision, p_b double precision, p_avgdl double precision,
     p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer,
-    out lb double precision, out partner text)
-returns setof record
+    p_x_lb double precision)
+returns double precision
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 declare
+    partner text;
+    lb double precision;
     v_mc double precision;
     v_bits bytea;
     v_wmax bigint;
@@ -453,7 +459,7 @@ begin
      order by x.mc desc, x.i
      limit 1;
     if partner is null then
-        return;
+        return p_x_lb;
     end if;
     with q as (
         select u.term, u.w from unnest(p_terms, p_ws) as u(term, w)
@@ -483,7 +489,9 @@ begin
              where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
                                                                   p_content_types, p_space_ids))
              limit p_k) z;
-    return next;
+    raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
+        lb, p_terms[p_short], partner, p_x_lb;
+    return greatest(p_x_lb, lb);
 end
 $$;
 
@@ -732,12 +740,10 @@ declare
     x_pending boolean;
     -- x_lb from a short list: the shortest list's term (by index, when it holds at most s_max
     -- of the reader's postings), scored only when the round the final one replaces (or a round
-    -- that failed) reads s_min postings or more; the bound, and the term whose bits ranked it
+    -- that failed) reads s_min postings or more (groundkit._short_lb)
     s_max constant double precision := 10000;
     s_min constant double precision := 50000;
     s_j integer;
-    s_lb double precision;
-    s_partner text;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
     -- an extension that reads one term (read like a round of one range), and the old cut it stops at
@@ -1116,15 +1122,9 @@ begin
                         -- postings or more (below that, the 1-6 ms it costs was more than it saved:
                         -- docs/bm25.md, "x_lb from a short list")
                         if s_j is not null and n_left >= s_min then
-                            select s.lb, s.partner into s_lb, s_partner
-                              from groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b, v_avgdl,
-                                                       v_rank, v_member, _search_pruned.content_types,
-                                                       _search_pruned.space_ids, _search_pruned.k) s;
-                            if s_partner is not null then
-                                raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
-                                    s_lb, t_terms[s_j], s_partner, x_lb;
-                                x_lb := greatest(x_lb, s_lb);
-                            end if;
+                            x_lb := groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b,
+                                                        v_avgdl, v_rank, v_member, _search_pruned.content_types,
+                                                        _search_pruned.space_ids, _search_pruned.k, x_lb);
                         end if;
                         x_pending := false;
                         raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, for the final round', x_lb;
@@ -1648,15 +1648,9 @@ begin
                                              _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
                     -- and from a short list, when this round read 50,000 postings or more (as above)
                     if s_j is not null and (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr) >= s_min then
-                        select s.lb, s.partner into s_lb, s_partner
-                          from groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b, v_avgdl,
-                                                   v_rank, v_member, _search_pruned.content_types,
-                                                   _search_pruned.space_ids, _search_pruned.k) s;
-                        if s_partner is not null then
-                            raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
-                                s_lb, t_terms[s_j], s_partner, x_lb;
-                            x_lb := greatest(x_lb, s_lb);
-                        end if;
+                        x_lb := groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b,
+                                                    v_avgdl, v_rank, v_member, _search_pruned.content_types,
+                                                    _search_pruned.space_ids, _search_pruned.k, x_lb);
                     end if;
                     x_pending := false;
                     raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, after a round that kept % visible chunks',
