@@ -45,9 +45,10 @@ def _bits_match_postings(raw: Raw) -> int:
 
 
 def _exact(raw: Raw, reader: str, query: str, k: int = 10, looked_up: list[tuple[int, int]] | None = None,
-           ) -> list[tuple[int, float]]:
+           messages: list[str] | None = None) -> list[tuple[int, float]]:
     """The threshold rounds' answer, checked against the exhaustive path, as (chunk, score).
-    ``looked_up`` collects, per probe step that used term bits, (candidates looked up, all)."""
+    ``looked_up`` collects, per probe step that used term bits, (candidates looked up, all);
+    ``messages`` every DEBUG line of the search."""
     want = raw.execute("select chunk_id, score from groundkit._search_exhaustive(%s, %s, %s)",
                        (reader, query, k)).fetchall()
     msgs: list[str] = []
@@ -63,6 +64,8 @@ def _exact(raw: Raw, reader: str, query: str, k: int = 10, looked_up: list[tuple
     finally:
         raw.execute("set client_min_messages = notice")
         raw.remove_notice_handler(keep)
+    if messages is not None:
+        messages.extend(msgs)
     if looked_up is not None:
         for m in msgs:
             found = re.fullmatch(
@@ -483,28 +486,19 @@ def test_a_final_round_over_ranges_estimates_its_candidates(community: Groundkit
         bodies.append(" ".join(words) or "empty")
     _load(gk, bodies)
     gk.analyze_postings(min_postings=1000)  # sketches of all three lists
-    msgs: list[str] = []
-
-    def keep(d: psycopg.errors.Diagnostic) -> None:
-        msgs.append(d.message_primary or "")
-
-    raw.add_notice_handler(keep)
-    try:
-        for k in (10, 30, 100):
-            msgs.clear()
-            _exact(raw, "t0", "amber basalt cobalt", k)
-            final = [m for m in msgs if m.startswith("groundkit pruned: threshold guess") and "(final t)" in m]
-            assert len(final) == 1, msgs
-            # cobalt (the largest maximum: last) is read above a cut, basalt whole
-            cuts = [float(c) for c in final[0].split(" cuts {")[1].split("}")[0].split(",")]
-            assert cuts[1] <= 0 < cuts[2], final
-            assert "probed {t,f,f}" in final[0], msgs
-            estimated = [m for m in msgs if m.startswith("groundkit pruned: threshold final round estimated at")]
-            assert len(estimated) == 1, msgs
-            assert 1000 < int(estimated[0].split(" at ")[1].split(" ")[0]) < 10_000, estimated
-            assert any(m.startswith("groundkit pruned: threshold term bits of amber leave") for m in msgs), msgs
-    finally:
-        raw.remove_notice_handler(keep)
+    for k in (10, 30, 100):
+        msgs: list[str] = []
+        _exact(raw, "t0", "amber basalt cobalt", k, messages=msgs)
+        final = [m for m in msgs if m.startswith("groundkit pruned: threshold guess") and "(final t)" in m]
+        assert len(final) == 1, msgs
+        # cobalt (the largest maximum: last) is read above a cut, basalt whole
+        cuts = [float(c) for c in final[0].split(" cuts {")[1].split("}")[0].split(",")]
+        assert cuts[1] <= 0 < cuts[2], final
+        assert "probed {t,f,f}" in final[0], msgs
+        estimated = [m for m in msgs if m.startswith("groundkit pruned: threshold final round estimated at")]
+        assert len(estimated) == 1, msgs
+        assert 1000 < int(estimated[0].split(" at ")[1].split(" ")[0]) < 10_000, estimated
+        assert any(m.startswith("groundkit pruned: threshold term bits of amber leave") for m in msgs), msgs
 
 
 def test_x_lb_from_a_short_list(community: Groundkit, raw: Raw) -> None:
@@ -548,26 +542,17 @@ def test_x_lb_from_a_short_list(community: Groundkit, raw: Raw) -> None:
     late = {c for (c,) in raw.execute("select chunk_id from groundkit.chunks where object_id like 'late%'")}
     n_bits = raw.execute("select 8 * length(bits) from groundkit.term_bits where term = 'fife'").fetchone()
     assert w_max is not None and n_bits is not None and min(late) > w_max[0] and min(late) >= n_bits[0]
-    msgs: list[str] = []
-
-    def keep(d: psycopg.errors.Diagnostic) -> None:
-        msgs.append(d.message_primary or "")
-
-    raw.add_notice_handler(keep)
-    try:
-        for k in (10, 30, 100):
-            msgs.clear()
-            got = _exact(raw, "t0", "amber basalt cobalt fife fife gneiss", k)
-            assert late & {c for c, _s in got}
-            bound = [m for m in msgs if m.startswith("groundkit pruned: threshold x_lb") and "from the short list" in m]
-            assert len(bound) == 1, msgs
-            found = re.fullmatch(r"groundkit pruned: threshold x_lb (\S+) from the short list of gneiss \(by the bits"
-                                 r" of fife\), (\S+) from the lists' tops", bound[0])
-            assert found, bound
-            from_short, from_tops = float(found.group(1)), float(found.group(2))
-            assert from_short > 1.2 * from_tops, bound
-            assert from_short <= got[-1][1] + 1e-9  # a lower bound on the k-th score
-            final = [m for m in msgs if m.startswith("groundkit pruned: threshold guess") and "(final t)" in m]
-            assert len(final) == 1 and final[0].startswith(f"groundkit pruned: threshold guess {found.group(1)} "), msgs
-    finally:
-        raw.remove_notice_handler(keep)
+    for k in (10, 30, 100):
+        msgs: list[str] = []
+        got = _exact(raw, "t0", "amber basalt cobalt fife fife gneiss", k, messages=msgs)
+        assert late & {c for c, _s in got}
+        bound = [m for m in msgs if m.startswith("groundkit pruned: threshold x_lb") and "from the short list" in m]
+        assert len(bound) == 1, msgs
+        found = re.fullmatch(r"groundkit pruned: threshold x_lb (\S+) from the short list of gneiss \(by the bits"
+                             r" of fife\), (\S+) from the lists' tops", bound[0])
+        assert found, bound
+        from_short, from_tops = float(found.group(1)), float(found.group(2))
+        assert from_short > 1.2 * from_tops, bound
+        assert from_short <= got[-1][1] + 1e-9  # a lower bound on the k-th score
+        final = [m for m in msgs if m.startswith("groundkit pruned: threshold guess") and "(final t)" in m]
+        assert len(final) == 1 and final[0].startswith(f"groundkit pruned: threshold guess {found.group(1)} "), msgs
