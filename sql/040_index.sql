@@ -618,14 +618,11 @@ returns double precision
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    with seen as (
-        select coalesce((select a.through_chunk_id from groundkit.postings_analyzed a), 0) as through,
-               coalesce((select a.chunks from groundkit.postings_analyzed a), 0) as chunks,
-               coalesce((select max(c.chunk_id) from groundkit.chunks c), 0) as last
-    )
-    select greatest(0, seen.last - seen.through)::double precision
-           / greatest(seen.chunks, (select c.sketch_min_postings from groundkit.config c), 1)
-      from seen
+    select greatest(0, coalesce((select max(c.chunk_id) from groundkit.chunks c), 0)
+                       - coalesce(a.through_chunk_id, 0))::double precision
+           / greatest(coalesce(a.chunks, 0), (select c.sketch_min_postings from groundkit.config c), 1)
+      from (select) one
+      left join groundkit.postings_analyzed a on true
 $$;
 
 -- Counter rows that net to zero still carry their term. Redaction calls this with the terms of
