@@ -16,7 +16,16 @@ from groundkit.errors import (
     VersionConflict,
 )
 from groundkit.migrate import MigrationState, migrate, migration_sql, migration_state
-from groundkit.models import ContentObject, Member, SearchHit, Segment, Space, WriteResult, WriteStatus
+from groundkit.models import (
+    ContentObject,
+    IndexStatus,
+    Member,
+    SearchHit,
+    Segment,
+    Space,
+    WriteResult,
+    WriteStatus,
+)
 
 __version__ = "0.1.0"
 
@@ -26,6 +35,7 @@ __all__ = [
     "DatabaseUnavailable",
     "Groundkit",
     "GroundkitError",
+    "IndexStatus",
     "InvalidArgument",
     "InvariantViolation",
     "Member",

@@ -32,6 +32,7 @@ from groundkit.models import (
     MAX_K,
     MAX_QUERY_CHARS,
     ContentObject,
+    IndexStatus,
     Member,
     SearchHit,
     Segment,
@@ -70,6 +71,12 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
 
 
 _M = TypeVar("_M", bound=BaseModel)
+
+# analyze_postings() recomputes the impacts once impact_drift() reaches this: at 1M chunks, with
+# search's bound from the stored impact, twice the reference cost the broad reader 1.21x and a
+# quarter above it 1.07x, while the rewrite holds merges and bulk writes for minutes (docs/bm25.md,
+# "The impact reference").
+REINDEX_DRIFT = 1.5
 # 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
 # reports its lists too, and those are not the rebuild's progress)
 _PROGRESS = re.compile(
@@ -336,19 +343,24 @@ class Groundkit:
         return self._with_progress("rebuild", "select groundkit.rebuild()", {}, progress)
 
     def analyze_postings(self, min_postings: int | None = None,
-                         progress: Callable[[int, int], None] | None = None) -> int:
+                         progress: Callable[[int, int], None] | None = None,
+                         reindex_at: float | None = REINDEX_DRIFT) -> int:
         """Sketch every postings list of shared content at least ``min_postings`` long (default:
         ``groundkit.config.sketch_min_postings``, 4,096), replacing the sketches, so that search
         plans its threshold rounds without counting long ranges, then make the term bits of those
         lists' terms (docs/bm25.md, "Term bits"), so that search looks up only the candidates that
         hold a common term; returns the number of lists sketched. It first merges the pending
         part (:meth:`merge_pending`; its own transaction on an autocommit connection), so that
-        the sketches see every list whole. Like ANALYZE: run after large
-        loads; searches and writers go on, and it waits for the writes in flight when its term
-        bits begin. Under an isolation level other than READ COMMITTED it raises
+        the sketches see every list whole; then, if :meth:`impact_drift` has reached
+        ``reindex_at`` (``None``: never), it runs :meth:`reindex_impacts` (its own transaction),
+        so that the stored impacts fit the chunks' average length again. Like ANALYZE: run after
+        large loads; searches and writers go on, and it waits for the writes in flight when its
+        term bits begin. Under an isolation level other than READ COMMITTED it raises
         :class:`InvalidArgument`. ``progress(done, total)`` is called after each list, then after
         each term."""
         self.merge_pending()
+        if reindex_at is not None and self.impact_drift() >= reindex_at:
+            self.reindex_impacts()
         return self._with_progress("analyze_postings",
                                    "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
                                    {"min_postings": min_postings}, progress)
@@ -370,6 +382,35 @@ class Groundkit:
         refresh the sketches and term bits; search stays exact without them, and slows as this
         grows (docs/bm25.md, "Analyze after growth")."""
         return float(self._scalar("select groundkit.postings_growth()", {}))
+
+    def impact_drift(self) -> float:
+        """How far the postings' stored impacts are from the ones search bounds best with: the
+        larger of avgdl / avgdl_ref and avgdl_ref / avgdl, where avgdl is the largest average chunk
+        length any reader rank's statistics give and avgdl_ref the length the impacts were
+        computed at (1.0 without shared chunks; infinite while ``groundkit.config``'s k1 or b
+        differ from the impacts', which makes search exhaustive). Search stays exact at any
+        drift and slows as it grows: at 1M chunks, a reference half the average length made the
+        broad reader 4x slower (docs/bm25.md, "The impact reference")."""
+        return float(self._scalar("select groundkit.impact_drift()", {}))
+
+    def reindex_impacts(self, avgdl_ref: float | None = None) -> int:
+        """Recompute every posting's stored impact with ``groundkit.config``'s k1 and b at the
+        reference length ``avgdl_ref`` (default: the largest average chunk length any reader rank's
+        statistics give), then sketch the lists again; returns the number of postings rewritten.
+        One statement that rewrites every posting (7 minutes at 1M chunks, with the vacuum it
+        leaves to do): searches go on, and so do one-object writes of new objects into the
+        pending part, while every write to the postings waits for it: merges (a writer's inline
+        merge too), bulk writes and the replacement of merged chunks. :meth:`analyze_postings`
+        runs it once :meth:`impact_drift` reaches its ``reindex_at``."""
+        return int(self._scalar("select groundkit.reindex_impacts(avgdl_ref => %(ref)s)",
+                                {"ref": avgdl_ref}))
+
+    def index_status(self) -> IndexStatus:
+        """The search index's state: chunks, pending postings, when the postings were last
+        analyzed and how far the chunks have grown since, how many lists have sketches and terms
+        bits, and the impacts' parameters against the configured ones (:class:`IndexStatus`)."""
+        rows = self._fetch("select * from groundkit.index_status()", {})
+        return _validated(IndexStatus, rows[0])
 
     def set_tier_rank(self, tier: str, rank: int, progress: Callable[[int, int], None] | None = None) -> int:
         """Change a tier's rank and move the chunks whose statistics scope and postings bucket

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -101,3 +102,33 @@ class SearchHit(_Frozen):
     score: float = Field(ge=0.0)
     start_ms: int | None = None
     end_ms: int | None = None
+
+
+class IndexStatus(_Frozen):
+    """The search index's state (:meth:`groundkit.Groundkit.index_status`, ``groundkit status``).
+
+    ``growth`` is :meth:`~groundkit.Groundkit.postings_growth`. ``impact_drift`` is how far the
+    postings' stored impacts are from the ones search bounds best with: the larger of ``avgdl /
+    avgdl_ref`` and ``avgdl_ref / avgdl`` (1.0 without shared chunks; infinite while ``k1``/``b``
+    differ from ``impact_k1``/``impact_b``, when search is exhaustive). ``avgdl`` is the largest
+    average chunk length any reader rank's statistics give; ``None`` without shared chunks.
+    """
+
+    chunks: int
+    pending_postings: int
+    analyzed_at: datetime | None
+    growth: float
+    sketched_lists: int
+    bitted_terms: int
+    k1: float
+    b: float
+    impact_k1: float
+    impact_b: float
+    avgdl_ref: float
+    avgdl: float | None
+    impact_drift: float
+
+    @property
+    def impacts_current(self) -> bool:
+        """Whether the impacts were computed with the configured ``k1`` and ``b``."""
+        return (self.k1, self.b) == (self.impact_k1, self.impact_b)

@@ -376,6 +376,40 @@ $$;
 -- Writers call _materialize_many with one id (the one-id wrapper cost a statement per write).
 drop function if exists groundkit._materialize(text);
 
+-- The largest average chunk length any reader rank's statistics give (a reader of rank R counts
+-- the scopes at or below R), or NULL without shared chunks: reindex_impacts()'s default
+-- reference, with which no reader's bound needs widening.
+create or replace function groundkit._avgdl_max() returns double precision
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select max(x.total / x.n)
+      from (select sum(sum(s.total_len)) over (order by s.scope)::double precision as total,
+                   sum(sum(s.n_chunks)) over (order by s.scope)::double precision as n
+              from groundkit.scope_stats s group by s.scope) x
+     where x.n > 0 and x.total > 0
+$$;
+
+-- How far the postings' stored impacts are from the ones search bounds best with: the larger of
+-- avgdl / avgdl_ref and avgdl_ref / avgdl, avgdl being _avgdl_max() (1 without shared chunks).
+-- A reader whose average chunk length is larger than the reference has every bound widened by
+-- that factor; a smaller one gets tf-parts below the stored ones. Either way search reads more
+-- before it can stop (at 1M chunks, twice the reference made the broad reader 4x slower;
+-- docs/bm25.md, "The impact reference"). Infinity while config's k1 or b differ from the
+-- impacts' (search is exhaustive until reindex_impacts() runs). analyze (Groundkit.
+-- analyze_postings) reindexes past a threshold of it.
+create or replace function groundkit.impact_drift() returns double precision
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select case when c.bm25_k1 is distinct from i.k1 or c.bm25_b is distinct from i.b
+                then 'infinity'::double precision
+                else coalesce(greatest(a.avgdl / i.avgdl_ref, i.avgdl_ref / a.avgdl), 1) end
+      from groundkit.bm25_impact i
+     cross join groundkit.config c
+     cross join (select groundkit._avgdl_max() as avgdl) a
+$$;
+
 -- Recompute every posting's impact with groundkit.config's k1 and b and the given reference
 -- length (default: the largest average chunk length any reader's statistics give, so that no
 -- reader's bound needs widening). Search uses the pruned path again once this has run after a
@@ -391,12 +425,7 @@ declare
     ip groundkit.bm25_impact;
 begin
     if ref is null then
-        select max(x.total / x.n) into ref
-          from (select sum(sum(s.total_len)) over (order by s.scope)::double precision as total,
-                       sum(sum(s.n_chunks)) over (order by s.scope)::double precision as n
-                  from groundkit.scope_stats s group by s.scope) x
-         where x.n > 0 and x.total > 0;
-        ref := coalesce(ref, (select i.avgdl_ref from groundkit.bm25_impact i));
+        ref := coalesce(groundkit._avgdl_max(), (select i.avgdl_ref from groundkit.bm25_impact i));
     end if;
     if ref is null or ref <= 0 then
         raise exception 'avgdl_ref must be positive (got %)', ref using errcode = 'GK005';

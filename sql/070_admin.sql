@@ -207,3 +207,27 @@ set search_path = pg_catalog, pg_temp
 as $$
     select exists (select 1 from pg_catalog.pg_available_extensions where name = 'vector')
 $$;
+
+-- The search index's state at a glance (groundkit status): what is stored, what waits for a
+-- merge, how old the planning statistics are, and whether the postings' stored impacts fit the
+-- statistics (docs/bm25.md, "The impact reference"). One row; it counts the chunks (a scan of
+-- their primary key, about 0.1 s at 1M) and the pending part, and reads one row elsewhere.
+create or replace function groundkit.index_status()
+returns table (chunks bigint, pending_postings bigint, analyzed_at timestamptz, growth double precision,
+               sketched_lists bigint, bitted_terms bigint, k1 double precision, b double precision,
+               impact_k1 double precision, impact_b double precision, avgdl_ref double precision,
+               avgdl double precision, impact_drift double precision)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select (select count(*) from groundkit.chunks),
+           (select count(*) from groundkit.pending_postings),
+           (select a.analyzed_at from groundkit.postings_analyzed a),
+           groundkit.postings_growth(),
+           (select count(*) from groundkit.postings_sketch),
+           (select count(*) from groundkit.term_bits),
+           c.bm25_k1, c.bm25_b, i.k1, i.b, i.avgdl_ref,
+           groundkit._avgdl_max(),
+           groundkit.impact_drift()
+      from groundkit.config c cross join groundkit.bm25_impact i
+$$;

@@ -103,7 +103,7 @@ def _load(gk: Groundkit, bodies: list[str]) -> None:
 def test_term_bits_are_the_postings_and_search_stays_exact(community: Groundkit, raw: Raw) -> None:
     gk = community
     _corpus(gk)
-    gk.analyze_postings(min_postings=1)
+    gk.analyze_postings(min_postings=1, reindex_at=None)  # (the world was made for impacts at 64)
     assert _bits_match_postings(raw) > 0
     w_max = raw.execute("select max(w_max) from groundkit.term_bits").fetchone()
     top = raw.execute("select max(chunk_id) from groundkit.chunks").fetchone()
@@ -485,7 +485,7 @@ def test_a_final_round_over_ranges_estimates_its_candidates(community: Groundkit
         rng.shuffle(words)
         bodies.append(" ".join(words) or "empty")
     _load(gk, bodies)
-    gk.analyze_postings(min_postings=1000)  # sketches of all three lists
+    gk.analyze_postings(min_postings=1000, reindex_at=None)  # sketches of all three lists (impacts at 64)
     for k in (10, 30, 100):
         msgs: list[str] = []
         _exact(raw, "t0", "amber basalt cobalt", k, messages=msgs)
@@ -530,7 +530,7 @@ def test_x_lb_from_a_short_list(community: Groundkit, raw: Raw) -> None:
         rng.shuffle(words)
         bodies.append(" ".join(words) or "empty")
     _load(gk, bodies)
-    gk.analyze_postings(min_postings=1000)
+    gk.analyze_postings(min_postings=1000, reindex_at=None)  # (the world was made for impacts at 64)
     # after the bits: a few short chunks that hold both, above w_max and past the bits' last word
     # (get_bit fails there), after 70 others
     gk.put_objects([ContentObject(object_id=f"pad{i}", version=1, content_type="board_post", space_id="open",

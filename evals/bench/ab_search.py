@@ -125,10 +125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--helpers", default="",
                     help="comma-separated functions of sql/060_search.sql the baseline runs as they were at its"
                          " revision (installed with an _ab suffix)")
+    ap.add_argument("--database", help="another database of the same corpus, say a copy impact_ref.py kept "
+                                       "(default: gk_bench_CHUNKS)")
     args = ap.parse_args(argv)
     helpers = [h for h in args.helpers.split(",") if h]
+    database = args.database or f"gk_bench_{args.chunks}"
 
-    dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
+    dsn = make_conninfo(args.dsn, dbname=database)
     groundkit.migrate(dsn)
     queries = bench_queries(args.chunks, args.queries, args.seed)
     arms: dict[str, sql.Composed | sql.SQL] = {
@@ -143,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for q in queries[: args.warm_up]:
                 for stmt in arms.values():
                     conn.execute(stmt, ("r100", q, args.k)).fetchall()
-            out.write(f"\n{len(queries)} queries, k = {args.k}, database gk_bench_{args.chunks}, "
+            out.write(f"\n{len(queries)} queries, k = {args.k}, database {database}, "
                       f"baseline {args.baseline_rev}\n\n")
             scores = {a: scores_of(conn, stmt, args.k) for a, stmt in arms.items()}
             paired_table(out, scores, queries, args.repeat, per_query)

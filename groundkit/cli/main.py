@@ -26,15 +26,26 @@ from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
-from groundkit.client import Groundkit, resolve_dsn
+from groundkit.client import REINDEX_DRIFT, Groundkit, resolve_dsn
 from groundkit.config import Settings
 from groundkit.errors import ConfigError, GroundkitError, InvalidArgument
 from groundkit.models import ContentObject
+
+ReindexAtOption = Annotated[
+    float,
+    typer.Option(min=0, help="Recompute the postings' stored impacts first (reindex_impacts) once their reference "
+                             "length is off from the chunks' average length by this factor or more, either way "
+                             "(groundkit.impact_drift()), or k1 or b changed; 0 never."),
+]
 
 # The share of new chunks (groundkit.postings_growth()) past which ingest and merge analyze the
 # postings again by default: at 1M chunks a tenth more unanalyzed made the broad reader's p95
 # 1.20x slower (docs/bm25.md, "Analyze after growth").
 ANALYZE_GROWTH = 0.1
+# After this many objects, an ingest that wrote at least half the database's chunks recomputes
+# the impacts if their reference length is off (--reindex-at), so that the rest of the load is
+# written at the right one.
+EARLY_REINDEX_OBJECTS = 1000
 
 app = typer.Typer(
     name="groundkit",
@@ -154,6 +165,7 @@ def ingest(
         "--analyze/--no-analyze",
         help="Sketch the postings lists afterwards (groundkit analyze); by default when the load grew "
              "the chunks by a tenth or more since the last analyze (groundkit.postings_growth()).")] = None,
+    reindex_at: ReindexAtOption = REINDEX_DRIFT,
     dsn: DsnOption = None,
 ) -> None:
     """Write objects from a JSON Lines file, one transaction per object (or per --batch), with
@@ -172,9 +184,13 @@ def ingest(
     counts: dict[str, int] = {}
     done = 0
     with Groundkit.connect(dsn) as gk, Progress(
-        TextColumn("ingest"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
     ) as progress:
         task = progress.add_task("ingest", total=n_objects)
+        # A load into a (nearly) empty database fixes the impacts' reference length early, while
+        # the postings are few: otherwise the whole load is written at the old one and the
+        # analyze at the end rewrites every posting (docs/bm25.md, "The impact reference").
+        chunks_before = gk.index_status().chunks if reindex_at > 0 else None
         for group in _batches(_objects_of(path), batch):
             try:
                 results = [gk.put(group[0])] if batch == 1 else gk.put_objects(group)
@@ -186,15 +202,16 @@ def ingest(
                 counts[result.status.value] = counts.get(result.status.value, 0) + 1
             done += len(group)
             progress.advance(task, len(group))
+            if chunks_before is not None and counts.get("applied", 0) >= EARLY_REINDEX_OBJECTS:
+                if gk.index_status().chunks >= 2 * chunks_before and gk.impact_drift() >= reindex_at:
+                    _say_reindex(gk)
+                    gk.merge_pending()
+                    gk.reindex_impacts()
+                chunks_before = None
         sketched = None
         written = counts.get("applied", 0)
         if written and (analyze or (analyze is None and gk.postings_growth() >= ANALYZE_GROWTH)):
-            sketching = progress.add_task("sketches", total=None)
-
-            def advance(n: int, total: int) -> None:
-                progress.update(sketching, completed=n, total=total)
-
-            sketched = gk.analyze_postings(progress=advance)
+            sketched = _analyze(gk, progress, reindex_at=reindex_at)
     out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to ingest")
     if sketched is not None:
         out.print(f"sketched {sketched} postings list(s)")
@@ -232,10 +249,13 @@ def analyze(
                                  "the chunks there were then (groundkit.postings_growth()), as groundkit merge "
                                  "--analyze-at does; for a scheduled job."),
     ] = None,
+    reindex_at: ReindexAtOption = REINDEX_DRIFT,
     dsn: DsnOption = None,
 ) -> None:
     """Sketch the long postings lists (planning statistics for search, like ANALYZE), with
-    progress. Run it after large loads; searches and writers go on meanwhile."""
+    progress, after recomputing the postings' impacts if they no longer fit the chunks'
+    average length (--reindex-at). Run it after large loads; searches and writers go on
+    meanwhile."""
     with Groundkit.connect(dsn) as gk:
         if if_grown is not None and (growth := gk.postings_growth()) < if_grown:
             out.print(f"the chunks grew {growth:.1%} since the last analyze, less than {if_grown:.1%}: "
@@ -243,13 +263,74 @@ def analyze(
             return
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=err) as progress:
-            task = progress.add_task("analyze", total=None)
-
-            def advance(done: int, total: int) -> None:
-                progress.update(task, completed=done, total=total)
-
-            n = gk.analyze_postings(min_postings=min_postings, progress=advance)
+            n = _analyze(gk, progress, min_postings=min_postings, reindex_at=reindex_at)
     out.print(f"sketched {n} postings list(s)")
+
+
+def _analyze(gk: Groundkit, progress: Progress, *, min_postings: int | None = None,
+             reindex_at: float = REINDEX_DRIFT) -> int:
+    """Groundkit.analyze_postings with a progress bar, saying first when it will reindex the
+    impacts (reindex_at 0: never)."""
+    if reindex_at > 0:
+        drift = gk.impact_drift()
+        if drift >= reindex_at:
+            _say_reindex(gk)
+    task = progress.add_task("analyze", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    return gk.analyze_postings(min_postings=min_postings, progress=advance,
+                               reindex_at=reindex_at if reindex_at > 0 else None)
+
+
+def _say_reindex(gk: Groundkit) -> None:
+    st = gk.index_status()
+    if not st.impacts_current:
+        why = (f"the impacts were computed with k1 {st.impact_k1:g}, b {st.impact_b:g}, the configuration "
+               f"says k1 {st.k1:g}, b {st.b:g} (search is exhaustive until then)")
+    else:
+        why = (f"the chunks average {st.avgdl or 0:.1f} tokens, the impacts' reference length is "
+               f"{st.avgdl_ref:.1f} ({st.impact_drift:.2f}x)")
+    err.print(f"recomputing every posting's impact: {why}; merges and bulk writes wait for it",
+              highlight=False)
+
+
+@app.command()
+@handle_errors
+def status(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of lines.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Show the search index's state: chunks, pending postings, how old the planning statistics
+    are, and whether the postings' impacts fit the configuration and the chunks; says what to
+    run when something is due."""
+    with Groundkit.connect(dsn) as gk:
+        st = gk.index_status()
+    if as_json:
+        # (an infinite drift, k1 or b changed, is null)
+        sys.stdout.write(st.model_dump_json() + "\n")
+        return
+    analyzed = (f"{st.analyzed_at:%Y-%m-%d %H:%M:%S %Z}; the chunks grew {st.growth:.1%} since"
+                if st.analyzed_at is not None else "never")
+    avgdl = f"{st.avgdl:.1f}" if st.avgdl is not None else "no shared chunks"
+    out.print(f"chunks            {st.chunks:,}", highlight=False)
+    out.print(f"pending postings  {st.pending_postings:,}", highlight=False)
+    out.print(f"analyzed          {analyzed}", highlight=False)
+    out.print(f"sketched lists    {st.sketched_lists:,}; terms with bits {st.bitted_terms:,}", highlight=False)
+    out.print(f"BM25              k1 {st.k1:g}, b {st.b:g}; impacts at k1 {st.impact_k1:g}, b {st.impact_b:g}, "
+              f"reference length {st.avgdl_ref:.1f}", highlight=False)
+    out.print(f"average length    {avgdl} (the reference is off by {st.impact_drift:.2f}x)"
+              if st.impacts_current else f"average length    {avgdl}", highlight=False)
+    if not st.impacts_current:
+        out.print("due: search is exhaustive until the impacts are recomputed with the new k1 and b: "
+                  "groundkit analyze", highlight=False)
+    elif st.impact_drift >= REINDEX_DRIFT:
+        out.print(f"due: the impacts' reference length is off by {st.impact_drift:.2f}x, so search reads more "
+                  "than it needs: groundkit analyze recomputes them", highlight=False)
+    if st.growth >= ANALYZE_GROWTH:
+        out.print(f"due: the chunks grew {st.growth:.1%} since the last analyze: groundkit analyze",
+                  highlight=False)
 
 
 @app.command()
@@ -265,6 +346,7 @@ def merge(
                                  "chunk ids issued since the last analyze reach this share of the chunks there were "
                                  "then (groundkit.postings_growth()); 0 never."),
     ] = ANALYZE_GROWTH,
+    reindex_at: ReindexAtOption = REINDEX_DRIFT,
     dsn: DsnOption = None,
 ) -> None:
     """Merge the pending part (the postings of objects written one at a time) into the postings
@@ -280,7 +362,9 @@ def merge(
             if analyze_at > 0 and (growth := gk.postings_growth()) >= analyze_at:
                 out.print(f"the chunks grew {growth:.1%} since the last analyze: analyzing", highlight=False)
                 t0 = time.perf_counter()
-                lists = gk.analyze_postings()
+                with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeRemainingColumn(), console=err, transient=True) as progress:
+                    lists = _analyze(gk, progress, reindex_at=reindex_at)
                 out.print(f"sketched {lists} postings list(s) in {time.perf_counter() - t0:.1f} s", highlight=False)
             if every is None:
                 return

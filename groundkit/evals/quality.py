@@ -97,6 +97,13 @@ def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | N
         # first queries after a bulk load plan as if the tables were empty.
         for table in ("chunks", "postings", "objects", "term_stats", "scope_stats"):
             gk.conn.execute(sql.SQL("analyze {}.{}").format(sql.Identifier("groundkit"), sql.Identifier(table)))
+        # and groundkit's own, as the README says to run after a load (groundkit analyze): the
+        # impacts at the documents' average length, the sketches and the term bits
+        if progress is not None:
+            progress("analyze", 0, 1)
+        gk.analyze_postings()
+        if progress is not None:
+            progress("analyze", 1, 1)
 
 
 def _query_arm(name: str, dsn: str, collection: Collection, k: int, progress: Progress | None,

@@ -1,0 +1,185 @@
+"""The postings' impact reference length: impact_drift(), index_status(), analyze recomputing
+impacts that no longer fit the chunks, and ingest fixing the reference early in a first load
+(docs/bm25.md, "The impact reference")."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from groundkit import Groundkit
+from groundkit.cli import main as cli_main
+from groundkit.cli.main import app
+
+runner = CliRunner()
+
+WORDS = ("kiln", "glaze", "clay", "wheel", "slip", "bisque", "stoneware", "porcelain", "celadon", "raku",
+         "trimming", "wedging", "throwing", "firing", "cone", "reduction", "oxidation", "crackle", "shino",
+         "tenmoku", "ash", "salt", "soda", "wood", "gas", "electric", "pyrometer", "kilnwash", "stilts")
+QUERIES = ("kiln glaze", "raku firing reduction", "celadon porcelain wheel", "ash salt soda wood", "shino")
+
+
+def _body(rng: random.Random, n_words: int) -> str:
+    return " ".join(rng.choice(WORDS) for _ in range(n_words))
+
+
+def _write_long(gk: Groundkit, ids: range, n_words: int = 160) -> None:
+    rng = random.Random(ids.start)
+    for i in ids:
+        gk.put_object(f"p{i}", 1, "board_post", "commons", ("T0", "T1", "T2")[i % 3], f"pots {i}",
+                      _body(rng, n_words))
+
+
+def _answers(gk: Groundkit) -> list[tuple[list[float], set[tuple[str, int]]]]:
+    """Per query, the top 10's scores and, up to score ties, its chunks: those scored above the
+    last one (strategies add the terms in different orders, so tied scores differ in the last
+    bits and the tie order with them)."""
+    got = []
+    for q in QUERIES:
+        hits = gk.search("reader", q, k=10)
+        scores = [round(h.score, 6) for h in hits]
+        got.append((scores, {(h.object_id, h.chunk_seq) for h in hits if round(h.score, 6) > scores[-1]}))
+    return got
+
+
+def _stored_imps_fit(gk: Groundkit) -> bool:
+    row = gk.conn.execute(
+        "select count(*) filter (where p.imp <>"
+        "                        (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real) as wrong,"
+        "       count(*) as n from groundkit.postings p cross join groundkit.bm25_impact i").fetchone()
+    assert row is not None and row["n"] > 0
+    return bool(row["wrong"] == 0)
+
+
+def _ref(gk: Groundkit) -> float:
+    row = gk.conn.execute("select avgdl_ref from groundkit.bm25_impact").fetchone()
+    assert row is not None
+    return float(row["avgdl_ref"])
+
+
+def test_analyze_recomputes_impacts_that_drifted(dsn: str) -> None:
+    """Chunks of about 160 tokens against the new database's reference of 64: impact_drift() is
+    their ratio and index_status() says so; analyze_postings() recomputes every impact at the
+    chunks' length (not with reindex_at=None), after which the drift is 1; answers are the same
+    throughout."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        _write_long(gk, range(40))
+        gk.merge_pending()
+        st = gk.index_status()
+        assert st.chunks == 40 and st.pending_postings == 0 and st.analyzed_at is None
+        assert st.avgdl_ref == 64 and st.avgdl is not None and st.avgdl > 1.5 * 64
+        assert st.impact_drift == pytest.approx(st.avgdl / 64) == gk.impact_drift()
+        assert st.impacts_current
+        before = _answers(gk)
+        assert all(before)
+
+        gk.analyze_postings(min_postings=1, reindex_at=None)
+        assert _ref(gk) == 64 and gk.impact_drift() > 1.5
+        gk.analyze_postings(min_postings=1)
+        st = gk.index_status()
+        assert st.avgdl is not None and st.avgdl_ref == pytest.approx(st.avgdl)
+        assert st.impact_drift == pytest.approx(1.0)
+        assert st.analyzed_at is not None and st.sketched_lists > 0 and st.bitted_terms > 0
+        assert _stored_imps_fit(gk)
+        assert _answers(gk) == before
+
+        # a reference above the chunks' length drifts too, the other way
+        gk.reindex_impacts(avgdl_ref=3 * st.avgdl)
+        assert gk.impact_drift() == pytest.approx(3.0)
+        assert _answers(gk) == before
+        gk.analyze_postings()
+        assert gk.impact_drift() == pytest.approx(1.0) and _stored_imps_fit(gk)
+        # within the threshold nothing is rewritten
+        gk.reindex_impacts(avgdl_ref=1.4 * _ref(gk))
+        ref = _ref(gk)
+        gk.analyze_postings()
+        assert _ref(gk) == ref
+
+
+def test_status_and_analyze_after_k1_changes(dsn: str) -> None:
+    """With config's k1 changed, search is exhaustive until the impacts are recomputed:
+    impact_drift() is infinite, `groundkit status` says what is due (its JSON gives a null drift),
+    `groundkit analyze --reindex-at 0` leaves the impacts alone and `groundkit analyze` recomputes
+    them, after which search answers as the exhaustive scorer does."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        _write_long(gk, range(30), n_words=60)
+        gk.merge_pending()
+        gk.analyze_postings()
+        assert gk.impact_drift() < 1.25
+        gk.conn.execute("update groundkit.config set bm25_k1 = 1.2")
+        assert math.isinf(gk.impact_drift()) and not gk.index_status().impacts_current
+
+    shown = runner.invoke(app, ["status", "--dsn", dsn])
+    assert shown.exit_code == 0, shown.output
+    assert "chunks            30" in shown.output and "impacts at k1 0.9, b 0.4" in shown.output
+    assert "due: search is exhaustive until the impacts are recomputed" in shown.output
+    as_json = runner.invoke(app, ["status", "--json", "--dsn", dsn])
+    assert as_json.exit_code == 0, as_json.output
+    got: dict[str, Any] = json.loads(as_json.output)
+    assert got["k1"] == 1.2 and got["impact_k1"] == 0.9 and got["impact_drift"] is None and got["chunks"] == 30
+
+    kept = runner.invoke(app, ["analyze", "--reindex-at", "0", "--dsn", dsn])
+    assert kept.exit_code == 0 and "recomputing" not in kept.output, kept.output
+    with Groundkit.connect(dsn) as gk:
+        assert not gk.index_status().impacts_current
+    done = runner.invoke(app, ["analyze", "--dsn", dsn])
+    assert done.exit_code == 0, done.output
+    assert "recomputing every posting's impact: the impacts were computed with k1 0.9, b 0.4, the configuration " \
+           "says k1 1.2, b 0.4" in " ".join(done.output.split())  # (rich wraps long lines)
+    with Groundkit.connect(dsn) as gk:
+        st = gk.index_status()
+        assert st.impacts_current and st.impact_k1 == 1.2 and st.impact_drift == pytest.approx(1.0)
+        assert _stored_imps_fit(gk)
+        for q, (scores, above) in zip(QUERIES, _answers(gk), strict=True):
+            exhaustive = gk.conn.execute(
+                "select c.object_id, c.chunk_seq, e.score"
+                "  from groundkit._search_exhaustive('reader', %s, 10) e join groundkit.chunks c using (chunk_id)"
+                " order by e.score desc", (q,)).fetchall()
+            assert scores == [round(r["score"], 6) for r in exhaustive]
+            assert above == {(r["object_id"], r["chunk_seq"]) for r in exhaustive if round(r["score"], 6) > scores[-1]}
+    shown = runner.invoke(app, ["status", "--dsn", dsn])
+    assert shown.exit_code == 0 and "due:" not in shown.output, shown.output
+
+
+def _jsonl(path: Path, ids: range, n_words: int = 160) -> Path:
+    rng = random.Random(ids.start)
+    with path.open("w") as f:
+        for i in ids:
+            f.write(json.dumps({"object_id": f"f{i}", "version": 1, "content_type": "board_post",
+                                "space_id": "commons", "tier_visibility": "T0", "title": f"pots {i}",
+                                "body": _body(rng, n_words)}) + "\n")
+    return path
+
+
+def test_ingest_fixes_the_reference_early(dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A load that wrote at least half the database's chunks recomputes the impacts after its
+    first EARLY_REINDEX_OBJECTS objects if the reference is off, so the rest of it is written at
+    the chunks' length; a small load into a larger database leaves that to analyze."""
+    monkeypatch.setattr(cli_main, "EARLY_REINDEX_OBJECTS", 10)
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+    first = runner.invoke(app, ["ingest", str(_jsonl(tmp_path / "a.jsonl", range(30))), "--batch", "5",
+                                "--no-analyze", "--dsn", dsn])
+    assert first.exit_code == 0, first.output
+    assert "recomputing every posting's impact: the chunks average" in " ".join(first.output.split())
+    with Groundkit.connect(dsn) as gk:
+        assert _ref(gk) != 64 and gk.impact_drift() < 1.25  # set from the first 10 objects
+        assert _stored_imps_fit(gk)
+        gk.reindex_impacts(avgdl_ref=20.0)
+    # 12 objects into 30: past EARLY_REINDEX_OBJECTS, but not half the database
+    second = runner.invoke(app, ["ingest", str(_jsonl(tmp_path / "b.jsonl", range(30, 42))), "--batch", "5",
+                                 "--no-analyze", "--dsn", dsn])
+    assert second.exit_code == 0 and "recomputing" not in second.output, second.output
+    with Groundkit.connect(dsn) as gk:
+        assert _ref(gk) == 20.0
+
