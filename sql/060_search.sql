@@ -562,6 +562,33 @@ as $$
      limit p_k
 $$;
 
+-- A reader's tf-part from a posting's stored impact (docs/bm25.md, "The impact reference").
+-- Impacts are stored at the reference length r (bm25_impact.avgdl_ref); a reader scores with its
+-- own average length A. Where A <= r the reader's tf-part is at most the stored impact s. Where
+-- A > r, with rho = r / A < 1, a posting of stored impact s = tf / (tf + K) has the tf-part
+-- tf / (tf + k1 (1 - b) (1 - rho) + rho K), which grows with tf towards s / (rho + (1 - rho) s):
+-- the bound _imp_ub gives (rho = 1 gives s). It replaced s / rho, which is larger by up to
+-- 1 / rho where most impacts lie. _imp_cut(t, rho) is the least stored impact whose bound
+-- reaches t: _imp_ub(s, rho) >= t exactly when s >= _imp_cut(t, rho) (infinity when no
+-- impact's does). Both keep 1e-6 for float4 rounding, as the factor before them did. One
+-- expression each with no SET clause, so that they are inlined; their callers pin search_path
+-- and PUBLIC may not execute them (as _impact).
+create or replace function groundkit._imp_ub(s double precision, rho double precision)
+returns double precision
+language sql immutable parallel safe
+as $$
+    select s / (rho + (1 - rho) * s) * (1 + 1e-6)
+$$;
+
+create or replace function groundkit._imp_cut(t double precision, rho double precision)
+returns double precision
+language sql immutable parallel safe
+as $$
+    select case when (1 - rho) * t < 1 + 1e-6
+                then rho * t / ((1 + 1e-6) - (1 - rho) * t)
+                else 'infinity'::double precision end
+$$;
+
 -- Exact top-k BM25 over the reader's postings lists, by one of three exact strategies
 -- (docs/bm25.md, "Three strategies"): the scan, the threshold rounds, the pruned rounds.
 --
@@ -625,7 +652,7 @@ declare
     ws double precision[];
     dfs double precision[];
     buckets bigint[];
-    mult double precision;
+    rho double precision;
     depths integer[];
     bnds double precision[];
     theta_h double precision;
@@ -817,8 +844,9 @@ begin
         union
         select groundkit._vis_key(true, v_member, false, null, null));
     -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
-    -- tf-parts up to avgdl/avgdl_ref times larger (docs/bm25.md). 1e-6 covers float4 rounding.
-    mult := greatest(1.0, v_avgdl / ip.avgdl_ref) * (1 + 1e-6);
+    -- larger tf-parts, bounded through rho (groundkit._imp_ub, _imp_cut; docs/bm25.md, "The
+    -- impact reference").
+    rho := least(1.0, ip.avgdl_ref / v_avgdl);
 
     -- The pending part (chunks written one at a time, not merged yet; docs/bm25.md, "The
     -- pending part"): scored whole, as the scan scores postings, its top k kept aside and
@@ -887,7 +915,7 @@ begin
                 select u.term, u.w, u.df from unnest(terms, ws, dfs) as u(term, w, df)
             ),
             mx as (
-                select q.term, q.w, q.df, q.w * least(1.0, coalesce(max(t.imp), 0) * mult) as maxc
+                select q.term, q.w, q.df, q.w * least(1.0, groundkit._imp_ub(coalesce(max(t.imp), 0), rho)) as maxc
                   from q
                  cross join unnest(buckets) as b(vk)
                   left join lateral (select p.imp from groundkit.postings p
@@ -921,8 +949,8 @@ begin
             -- first guess from two maxima").
             guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt] + coalesce(t_maxcs[nt - 1], 0)));
             final := guess <= x_lb;
-            raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb % mult % buckets %',
-                t_terms, t_ws, t_maxcs, x_lb, mult, buckets;
+            raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb % rho % buckets %',
+                t_terms, t_ws, t_maxcs, x_lb, rho, buckets;
             loop
                 -- Extend the last round instead of running a new one (docs/bm25.md, "Extending a
                 -- round"): allowed while the guess is at or above the level the last round kept
@@ -935,7 +963,7 @@ begin
                 e_dcuts := null;
                 if e_thr is not null and guess >= e_thr and p_max < guess * (1 - 1e-9) then
                     thr_g := guess * (1 - 1e-9);
-                    select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
+                    select array_agg(groundkit._imp_cut((thr_g - (tot - x.mc)) / x.w, rho) order by x.i)
                       into cuts
                       from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
                     -- (each read term's count between its new cut and its old one is kept, for
@@ -971,7 +999,7 @@ begin
                     exit plan when incr;
                     thr_g := guess * (1 - 1e-9);
                     -- cuts[t]: the least impact a chunk scoring >= guess can have in t's list
-                    select array_agg((thr_g - (tot - x.mc)) / (x.w * mult) order by x.i)
+                    select array_agg(groundkit._imp_cut((thr_g - (tot - x.mc)) / x.w, rho) order by x.i)
                       into cuts
                       from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
                     -- ns[t]: how many postings that range holds. From the sketches of the
@@ -1067,7 +1095,7 @@ begin
                             est_cand := final and (est_whole or n_left >= 10000);
                             if est_cand then
                                 -- (a kept chunk's read terms add up to l_need. One alone reaches
-                                -- it only at or above l_need / (w mult) in its list, and its cut:
+                                -- it only at or above _imp_cut(l_need / w) in its list, and its cut:
                                 -- so many postings by the sketches (none counted where there are
                                 -- none). Chunks of two or more read terms: as if the terms were
                                 -- independent. Only the final round, which cannot fail: in others
@@ -1077,7 +1105,7 @@ begin
                                 for jj in select x.i from unnest(probe) with ordinality as x(pr, i) where not x.pr loop
                                     if t_maxcs[jj] >= l_need then
                                         n_cand := n_cand + coalesce((select z.n from groundkit._sketched_size(
-                                                      t_terms[jj], greatest(cuts[jj], l_need / (t_ws[jj] * mult)), buckets) z), 0);
+                                                      t_terms[jj], greatest(cuts[jj], groundkit._imp_cut(l_need / t_ws[jj], rho)), buckets) z), 0);
                                     end if;
                                 end loop;
                                 n_cand := least(n_left, n_cand + (
@@ -1255,7 +1283,7 @@ begin
                         est_d := 0;
                         if _search_pruned.strategy is distinct from 'shares' then
                             for j in select r.i from unnest(rd) as r(i) where taus[r.i] < t_maxcs[r.i] loop
-                                d_cut := greatest(cuts[j], taus[j] / (t_ws[j] * mult));
+                                d_cut := greatest(cuts[j], groundkit._imp_cut(taus[j] / t_ws[j], rho));
                                 select z.n, z.keys into n_sk, sk_keys
                                   from groundkit._sketched_size(t_terms[j], d_cut, buckets) z;
                                 rest_keys := array(select b from unnest(buckets) as b where b <> all (sk_keys));
@@ -1277,7 +1305,7 @@ begin
                                       from unnest(t_terms, t_ws, cuts, probe, taus) as x(term, w, cut, pr, tau)
                                       join groundkit.postings p
                                         on p.term = x.term and p.vis_key = any (buckets)
-                                       and p.imp >= greatest(x.cut, x.tau / (x.w * mult))
+                                       and p.imp >= greatest(x.cut, groundkit._imp_cut(x.tau / x.w, rho))
                                      where not x.pr
                                        and x.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl)) >= x.tau) s;
                             raise debug 'groundkit pruned: threshold shares % D % of % postings, two passes', taus, n_one, n_big;
@@ -1396,15 +1424,15 @@ begin
                         -- grouped. The same chunks and values as the one pass below; a hash join
                         -- costs less than half of what grouping costs a posting. (A full join has
                         -- no nested-loop plan: no per-chunk index probes.) A chunk found in one
-                        -- range only has known <= w * mult * imp there, so it cannot be kept when
-                        -- its impact is below hi = (thr_f - p_max) / (w * mult): such rows are
+                        -- range only has known <= w * _imp_ub(imp) there, so it cannot be kept when
+                        -- its impact is below hi = _imp_cut((thr_f - p_max) / w): such rows are
                         -- dropped as the join emits them, before their values are computed (most
                         -- rows, when a chunk needs both terms; about a third of the statement).
                         w_a := t_ws[rd[1]];
                         w_b := t_ws[rd[2]];
                         w_f := t_ws[fused];
-                        hi_a := (thr_f - p_max) / (w_a * mult) * (1 - 1e-9);
-                        hi_b := (thr_f - p_max) / (w_b * mult) * (1 - 1e-9);
+                        hi_a := groundkit._imp_cut((thr_f - p_max) / w_a, rho) * (1 - 1e-9);
+                        hi_b := groundkit._imp_cut((thr_f - p_max) / w_b, rho) * (1 - 1e-9);
                         -- (One range alone is read without the join: the first branch of the union
                         -- below; each branch runs behind a one-time filter on the number of read
                         -- terms, docs/bm25.md.)
@@ -1611,7 +1639,7 @@ begin
                                and exists (select 1 from groundkit.postings p
                                             where p.term = x.term and p.vis_key = any (buckets)
                                               and p.imp < x.cut
-                                              and p.imp >= (theta * (1 - 1e-9) - (tot - x.mc)) / (x.w * mult)));
+                                              and p.imp >= groundkit._imp_cut((theta * (1 - 1e-9) - (tot - x.mc)) / x.w, rho)));
                 raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
                 if done then
                     return query
@@ -1768,7 +1796,7 @@ begin
         ),
         bnd as (
             select q.i,
-                   q.w * least(1.0, coalesce(max(l.last_imp) filter (where l.n >= depths[q.i]), 0) * mult) as bnd
+                   q.w * least(1.0, groundkit._imp_ub(coalesce(max(l.last_imp) filter (where l.n >= depths[q.i]), 0), rho)) as bnd
               from q left join lists l on l.i = q.i
              group by q.i, q.w
         ),

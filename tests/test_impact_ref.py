@@ -183,3 +183,34 @@ def test_ingest_fixes_the_reference_early(dsn: str, tmp_path: Path, monkeypatch:
     with Groundkit.connect(dsn) as gk:
         assert _ref(gk) == 20.0
 
+
+def test_imp_bounds_hold(raw: Any) -> None:
+    """_imp_ub bounds a reader's tf-part from the stored impact at any reference length, never
+    looser than the factor avgdl / avgdl_ref it replaced, and _imp_cut is its inverse: over a
+    grid of tf, chunk lengths, k1, b, reference and reader lengths (both sides of the reference).
+    """
+    row = raw.execute("""
+        with g as (
+            select tf, dl, k1, b, r, a, least(1.0, r / a) as rho,
+                   groundkit._impact(tf, dl, k1, b, r)::double precision as s,
+                   tf / (tf + k1 * (1 - b + b * dl / a)) as t
+              from generate_series(1, 40, 3) tf,
+                   generate_series(1, 600, 7) dl,
+                   unnest(array[0.5, 0.9, 1.2, 2.0]) k1,
+                   unnest(array[0.0, 0.4, 0.75, 1.0]) b,
+                   unnest(array[16.0, 64.0]) r,
+                   unnest(array[0.5, 1.0, 1.25, 2.0, 4.0]) m,
+                   lateral (select r * m as a) x
+             where dl >= tf)
+        select count(*) as n,
+               count(*) filter (where t > groundkit._imp_ub(s, rho)) as unbounded,
+               count(*) filter (where groundkit._imp_ub(s, rho) > s / rho * (1 + 1e-6) * (1 + 1e-12)) as looser,
+               count(*) filter (where abs(groundkit._imp_cut(groundkit._imp_ub(s, rho), rho) - s) > 1e-9)
+                   as not_inverse,
+               count(*) filter (where rho < 1 and groundkit._imp_ub(s, rho) < s / rho * 0.95) as tighter
+          from g""").fetchone()
+    assert row is not None
+    assert row[0] > 100_000 and row[1] == 0 and row[2] == 0 and row[3] == 0, row
+    assert row[4] > row[0] / 4, row  # most bounds below the old factor by 5 % or more where it applied
+    assert raw.execute("select groundkit._imp_cut(3.0, 0.5) = 'infinity', groundkit._imp_cut(-0.5, 0.5) < 0,"
+                       " groundkit._imp_ub(0.5, 1.0) = 0.5 * (1 + 1e-6)").fetchone() == (True, True, True)

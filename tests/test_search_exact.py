@@ -96,7 +96,10 @@ world_st = st.fixed_dictionaries(
         "retiers": st.dictionaries(st.integers(0, 39), st.sampled_from(TIERS), max_size=5),
         # a policy change after the writes: (space, new min tier, new private flag)
         "policy": st.one_of(st.none(), st.tuples(st.integers(0, 3), st.sampled_from(TIERS), st.booleans())),
-        "params": st.sampled_from([(0.9, 0.4, None), (1.2, 0.75, None), (0.9, 0.4, 1.0), (2.0, 1.0, 500.0)]),
+        # (k1, b, reference length of the stored impacts: 1.0, 4.0 and 8.0 are below the worlds'
+        # average chunk lengths, which search bounds through _imp_ub; 500 above them)
+        "params": st.sampled_from([(0.9, 0.4, None), (1.2, 0.75, None), (0.9, 0.4, 1.0), (2.0, 1.0, 500.0),
+                                   (0.9, 0.4, 8.0), (1.2, 0.75, 4.0)]),
         # sketches of the postings lists (planning only): none, fresh, or wrong in every way
         "sketch": st.sampled_from([None, "fresh", "wrong"]),
         # the pending part (docs/bm25.md, "The pending part"): config.pending_merge_chunks before
