@@ -114,6 +114,9 @@ def test_status_and_analyze_after_k1_changes(dsn: str) -> None:
         gk.put_member("reader", "T2")
         _write_long(gk, range(30), n_words=60)
         gk.merge_pending()
+    fresh = runner.invoke(app, ["status", "--dsn", dsn])
+    assert fresh.exit_code == 0 and "due: the postings were never analyzed: groundkit analyze" in fresh.output
+    with Groundkit.connect(dsn) as gk:
         gk.analyze_postings()
         assert gk.impact_drift() < 1.25
         gk.conn.execute("update groundkit.config set bm25_k1 = 1.2")
@@ -121,6 +124,7 @@ def test_status_and_analyze_after_k1_changes(dsn: str) -> None:
 
     shown = runner.invoke(app, ["status", "--dsn", dsn])
     assert shown.exit_code == 0, shown.output
+    assert "due: the postings were never analyzed" not in shown.output
     assert "chunks            30" in shown.output and "impacts at k1 0.9, b 0.4" in shown.output
     assert "due: search is exhaustive until the impacts are recomputed" in shown.output
     as_json = runner.invoke(app, ["status", "--json", "--dsn", dsn])

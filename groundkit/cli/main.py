@@ -328,7 +328,9 @@ def status(
     elif st.impact_drift >= REINDEX_DRIFT:
         out.print(f"due: the impacts' reference length is off by {st.impact_drift:.2f}x, so search reads more "
                   "than it needs: groundkit analyze recomputes them", highlight=False)
-    if st.growth >= ANALYZE_GROWTH:
+    if st.analyzed_at is None and st.chunks:
+        out.print("due: the postings were never analyzed: groundkit analyze", highlight=False)
+    elif st.growth >= ANALYZE_GROWTH:
         out.print(f"due: the chunks grew {st.growth:.1%} since the last analyze: groundkit analyze",
                   highlight=False)
 
