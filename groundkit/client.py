@@ -73,9 +73,9 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
 _M = TypeVar("_M", bound=BaseModel)
 
 # analyze_postings() recomputes the impacts once impact_drift() reaches this: at 1M chunks, with
-# search's bound from the stored impact, twice the reference cost the broad reader 1.21x and a
-# quarter above it 1.07x, while the rewrite holds merges and bulk writes for minutes (docs/bm25.md,
-# "The impact reference").
+# search's bound from the stored impact, a drift of 2 cost the broad reader 1.21x by mean and one
+# of 1.25 (either way) 1.07x, while the rewrite holds merges and bulk writes for minutes
+# (docs/bm25.md, "The impact reference").
 REINDEX_DRIFT = 1.5
 # 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
 # reports its lists too, and those are not the rebuild's progress)
