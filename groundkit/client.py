@@ -389,8 +389,8 @@ class Groundkit:
         length any reader rank's statistics give and avgdl_ref the length the impacts were
         computed at (1.0 without shared chunks; infinite while ``groundkit.config``'s k1 or b
         differ from the impacts', which makes search exhaustive). Search stays exact at any
-        drift and slows as it grows: at 1M chunks, a reference half the average length made the
-        broad reader 4x slower (docs/bm25.md, "The impact reference")."""
+        drift and slows as it grows: at 1M chunks, a reference at half the average length made
+        the broad reader 1.21x slower by mean (docs/bm25.md, "The impact reference")."""
         return float(self._scalar("select groundkit.impact_drift()", {}))
 
     def reindex_impacts(self, avgdl_ref: float | None = None) -> int:
