@@ -28,20 +28,19 @@ another --scale, and --build-only makes them and stops (for ab_search.py --datab
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_search import bench_queries, paired_table, scores_of
+from ab_search import bench_queries
 from bench_search import kept_database_args, log
-from stale_sketches import copy_database
+from stale_sketches import copy_database, drop_copies, require_copies, time_copies
 
 import groundkit
 
@@ -99,40 +98,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = f"gk_bench_{args.chunks}"
     dsn = {name: make_conninfo(args.dsn, dbname=name) for name in COPIES}
     if args.reuse or args.reuse_current:
-        with psycopg.connect(args.dsn, autocommit=True) as admin:
-            have = {r[0] for r in admin.execute("select datname from pg_database").fetchall()}
-        if not set(COPIES) <= have:
-            raise SystemExit(f"--reuse: {', '.join(COPIES)} do not exist (run with --keep first)")
+        require_copies(args.dsn, COPIES)
     if not args.reuse:
         build(args.dsn, source, dsn, args.scale, args.reuse_current)
     if args.build_only:
         return 0
     queries = bench_queries(args.chunks, args.queries, args.seed)
-    stmt = "select object_id, chunk_seq, score from groundkit.search(%s, %s, %s)"
-    refs_sql = "select avgdl_ref from groundkit.bm25_impact"
-    out = sys.stdout
+
+    def header(conns: dict[str, psycopg.Connection[tuple[Any, ...]]]) -> str:
+        refs = [c.execute("select avgdl_ref from groundkit.bm25_impact").fetchone() for c in conns.values()]
+        avgdl = conns["current"].execute(
+            "select sum(total_len)::float8 / sum(n_chunks) from groundkit.scope_stats").fetchone()
+        assert refs[0] is not None and refs[1] is not None and avgdl is not None
+        return (f"copies of {source} (average chunk length {avgdl[0]:.1f}); avgdl_ref {refs[0][0]:.1f} (scaled) "
+                f"and {refs[1][0]:.1f} (current)")
+
     try:
-        with (psycopg.connect(dsn[COPIES[0]], autocommit=True) as cur_conn,
-              psycopg.connect(dsn[COPIES[1]], autocommit=True) as scaled_conn,
-              args.per_query.open("w") if args.per_query else contextlib.nullcontext() as per_query):
-            refs = [c.execute(refs_sql).fetchone() for c in (cur_conn, scaled_conn)]
-            avgdl = cur_conn.execute(
-                "select sum(total_len)::float8 / sum(n_chunks) from groundkit.scope_stats").fetchone()
-            assert refs[0] is not None and refs[1] is not None and avgdl is not None
-            for q in queries[: args.warm_up]:
-                for conn in (cur_conn, scaled_conn):
-                    conn.execute(stmt, ("r100", q, args.k)).fetchall()
-            out.write(f"\n{len(queries)} queries, k = {args.k}; copies of {source} (average chunk length "
-                      f"{avgdl[0]:.1f}); avgdl_ref {refs[0][0]:.1f} (current) and {refs[1][0]:.1f} (scaled); "
-                      f"fastest of {args.repeat} per copy\n\n")
-            paired_table(out, {"scaled": scores_of(scaled_conn, stmt, args.k),
-                               "current": scores_of(cur_conn, stmt, args.k)},
-                         queries, args.repeat, per_query)
+        time_copies(sys.stdout, {"scaled": dsn[COPIES[1]], "current": dsn[COPIES[0]]}, queries, args, header)
     finally:
         if not args.keep:
-            with psycopg.connect(args.dsn, autocommit=True) as admin:
-                for name in COPIES:
-                    admin.execute(sql.SQL("drop database if exists {}").format(sql.Identifier(name)))
+            drop_copies(args.dsn, COPIES)
     return 0
 
 

@@ -26,8 +26,9 @@ import argparse
 import contextlib
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import IO, Any
 
 import psycopg
 from psycopg import sql
@@ -51,6 +52,38 @@ def copy_database(admin: psycopg.Connection[tuple[object, ...]], source: str, ta
     admin.execute(sql.SQL("create database {} template {} strategy file_copy").format(
         sql.Identifier(target), sql.Identifier(source)))
     log(f"copied {source} to {target} in {time.perf_counter() - t0:.0f} s")
+
+
+def require_copies(server: str, names: Sequence[str]) -> None:
+    """Stop unless every database of ``names`` exists (for --reuse: a run with --keep made them)."""
+    with psycopg.connect(server, autocommit=True) as admin:
+        have = {r[0] for r in admin.execute("select datname from pg_database").fetchall()}
+    if not set(names) <= have:
+        raise SystemExit(f"--reuse: {', '.join(names)} do not exist (run with --keep first)")
+
+
+def drop_copies(server: str, names: Sequence[str]) -> None:
+    with psycopg.connect(server, autocommit=True) as admin:
+        for name in names:
+            admin.execute(sql.SQL("drop database if exists {}").format(sql.Identifier(name)))
+
+
+def time_copies(out: IO[str], dsns: dict[str, str], queries: Sequence[str], args: argparse.Namespace,
+                header: Callable[[dict[str, psycopg.Connection[tuple[Any, ...]]]], str]) -> None:
+    """Every query through groundkit.search on each copy (arm name -> DSN, first arm over second),
+    after --warm-up queries on each, then paired_table's rows (fastest of --repeat, alternating;
+    --per-query, --k as given). ``header`` writes the line above the table from the open
+    connections."""
+    stmt = "select object_id, chunk_seq, score from groundkit.search(%s, %s, %s)"
+    with contextlib.ExitStack() as stack:
+        conns = {arm: stack.enter_context(psycopg.connect(dsn, autocommit=True)) for arm, dsn in dsns.items()}
+        per_query = stack.enter_context(args.per_query.open("w")) if args.per_query else None
+        for q in queries[: args.warm_up]:
+            for conn in conns.values():
+                conn.execute(stmt, ("r100", q, args.k)).fetchall()
+        out.write(f"\n{len(queries)} queries, k = {args.k}; {header(conns)}; fastest of {args.repeat} per copy\n\n")
+        paired_table(out, {arm: scores_of(conn, stmt, args.k) for arm, conn in conns.items()},
+                     queries, args.repeat, per_query)
 
 
 def write_more(dsn: str, n_chunks: int, seed: int, batch_chunks: int = 4000) -> int:
@@ -107,36 +140,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     source = f"gk_bench_{args.chunks}"
     dsn = {name: make_conninfo(args.dsn, dbname=name) for name in COPIES}
     if args.reuse:
-        with psycopg.connect(args.dsn, autocommit=True) as admin:
-            have = {r[0] for r in admin.execute("select datname from pg_database").fetchall()}
-        if not set(COPIES) <= have:
-            raise SystemExit(f"--reuse: {', '.join(COPIES)} do not exist (run with --keep first)")
+        require_copies(args.dsn, COPIES)
     else:
         build(args.dsn, source, dsn, args.new_chunks, args.seed)
     queries = bench_queries(args.chunks, args.queries, args.seed)
-    stmt = "select object_id, chunk_seq, score from groundkit.search(%s, %s, %s)"
-    out = sys.stdout
+
+    def header(conns: dict[str, psycopg.Connection[tuple[Any, ...]]]) -> str:
+        counts = conns["stale"].execute("select count(*), count(*) filter (where object_id like 'stale-%')"
+                                        " from groundkit.chunks").fetchone()
+        assert counts is not None
+        total, added = counts
+        return f"{source} + {added:,} chunks ({total:,} in all)"
+
     try:
-        with (psycopg.connect(dsn[COPIES[0]], autocommit=True) as stale,
-              psycopg.connect(dsn[COPIES[1]], autocommit=True) as fresh,
-              args.per_query.open("w") if args.per_query else contextlib.nullcontext() as per_query):
-            conns = {"stale": stale, "analyzed": fresh}
-            for q in queries[: args.warm_up]:
-                for conn in conns.values():
-                    conn.execute(stmt, ("r100", q, args.k)).fetchall()
-            counts = stale.execute("select count(*), count(*) filter (where object_id like 'stale-%')"
-                                   " from groundkit.chunks").fetchone()
-            assert counts is not None
-            total, added = counts
-            out.write(f"\n{len(queries)} queries, k = {args.k}; {source} + {added:,} chunks ({total:,} in all); "
-                      f"fastest of {args.repeat} per copy\n\n")
-            paired_table(out, {"stale": scores_of(stale, stmt, args.k), "analyzed": scores_of(fresh, stmt, args.k)},
-                         queries, args.repeat, per_query)
+        time_copies(sys.stdout, {"stale": dsn[COPIES[0]], "analyzed": dsn[COPIES[1]]}, queries, args, header)
     finally:
         if not args.keep:
-            with psycopg.connect(args.dsn, autocommit=True) as admin:
-                for name in COPIES:
-                    admin.execute(sql.SQL("drop database if exists {}").format(sql.Identifier(name)))
+            drop_copies(args.dsn, COPIES)
     return 0
 
 
