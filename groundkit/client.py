@@ -349,18 +349,21 @@ class Groundkit:
         ``groundkit.config.sketch_min_postings``, 4,096), replacing the sketches, so that search
         plans its threshold rounds without counting long ranges, then make the term bits of those
         lists' terms (docs/bm25.md, "Term bits"), so that search looks up only the candidates that
-        hold a common term; returns the number of lists sketched. It first merges the pending
-        part (:meth:`merge_pending`; its own transaction on an autocommit connection), so that
-        the sketches see every list whole; then, if :meth:`impact_drift` has reached
-        ``reindex_at`` (``None``: never), it runs :meth:`reindex_impacts` (its own transaction),
-        so that the stored impacts fit the chunks' average length again. Like ANALYZE: run after
+        hold a common term; returns the number of lists sketched. It first runs
+        :meth:`reindex_impacts` (its own transaction) if :meth:`impact_drift` has reached
+        ``reindex_at`` (``None``: never; 0 or less: always), so that the stored impacts fit the
+        chunks' average length again; then it merges the pending part (:meth:`merge_pending`;
+        its own transaction on an autocommit connection), so that the sketches see every list
+        whole. Like ANALYZE: run after
         large loads; searches and writers go on, and it waits for the writes in flight when its
         term bits begin. Under an isolation level other than READ COMMITTED it raises
         :class:`InvalidArgument`. ``progress(done, total)`` is called after each list, then after
         each term."""
-        self.merge_pending()
-        if reindex_at is not None and self.impact_drift() >= reindex_at:
+        # (reindex first: the pending part holds no impacts, and merged after it gets the new
+        # reference rather than being merged and then rewritten)
+        if reindex_at is not None and (reindex_at <= 0 or self.impact_drift() >= reindex_at):
             self.reindex_impacts()
+        self.merge_pending()
         return self._with_progress("analyze_postings",
                                    "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
                                    {"min_postings": min_postings}, progress)

@@ -101,8 +101,11 @@ def test_analyze_recomputes_impacts_that_drifted(dsn: str) -> None:
         assert started is not None and vacuumed is not None and vacuumed["last_vacuum"] is not None
         assert vacuumed["last_vacuum"] >= started["t"]
         assert _answers(gk) == before
+        _write_long(gk, range(40, 45))  # pending: merged after the reindex, at the new reference
+        assert gk.index_status().pending_postings > 0
         gk.analyze_postings()
         assert gk.impact_drift() == pytest.approx(1.0) and _stored_imps_fit(gk)
+        assert gk.index_status().pending_postings == 0
         # within the threshold nothing is rewritten
         gk.reindex_impacts(avgdl_ref=1.4 * _ref(gk))
         ref = _ref(gk)

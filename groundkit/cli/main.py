@@ -204,8 +204,9 @@ def ingest(
             progress.advance(task, len(group))
             if chunks_before is not None and counts.get("applied", 0) >= EARLY_REINDEX_OBJECTS:
                 if gk.index_status().chunks >= 2 * chunks_before and gk.impact_drift() >= reindex_at:
+                    # (the pending part keeps tf and lengths only: a later merge computes its
+                    # impacts at the new reference, so it is not merged first to be rewritten)
                     _say_reindex(gk)
-                    gk.merge_pending()
                     gk.reindex_impacts()
                 chunks_before = None
         sketched = None
@@ -271,17 +272,16 @@ def _analyze(gk: Groundkit, progress: Progress, *, min_postings: int | None = No
              reindex_at: float = REINDEX_DRIFT) -> int:
     """Groundkit.analyze_postings with a progress bar, saying first when it will reindex the
     impacts (reindex_at 0: never)."""
-    if reindex_at > 0:
-        drift = gk.impact_drift()
-        if drift >= reindex_at:
-            _say_reindex(gk)
+    due = reindex_at > 0 and gk.impact_drift() >= reindex_at
+    if due:
+        _say_reindex(gk)
     task = progress.add_task("analyze", total=None)
 
     def advance(done: int, total: int) -> None:
         progress.update(task, completed=done, total=total)
 
-    return gk.analyze_postings(min_postings=min_postings, progress=advance,
-                               reindex_at=reindex_at if reindex_at > 0 else None)
+    # (decided here, once: 0 makes analyze_postings reindex without measuring the drift again)
+    return gk.analyze_postings(min_postings=min_postings, progress=advance, reindex_at=0.0 if due else None)
 
 
 def _say_reindex(gk: Groundkit) -> None:
