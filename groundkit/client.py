@@ -77,6 +77,9 @@ _M = TypeVar("_M", bound=BaseModel)
 # of 1.25 (either way) 1.07x, while the rewrite holds merges and bulk writes for minutes
 # (docs/bm25.md, "The impact reference").
 REINDEX_DRIFT = 1.5
+# Postings per step of reindex_impacts() in steps: one step's transaction took 1-3 s at 1M chunks
+# (docs/bm25.md, "Recomputing the impacts in steps"), the longest a writer to the postings waits.
+REINDEX_STEP_POSTINGS = 100_000
 # 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
 # reports its lists too, and those are not the rebuild's progress)
 _PROGRESS = re.compile(
@@ -350,18 +353,19 @@ class Groundkit:
         plans its threshold rounds without counting long ranges, then make the term bits of those
         lists' terms (docs/bm25.md, "Term bits"), so that search looks up only the candidates that
         hold a common term; returns the number of lists sketched. It first runs
-        :meth:`reindex_impacts` (its own transaction) if :meth:`impact_drift` has reached
-        ``reindex_at`` (``None``: never; 0 or less: always), so that the stored impacts fit the
-        chunks' average length again; then it merges the pending part (:meth:`merge_pending`;
-        its own transaction on an autocommit connection), so that the sketches see every list
-        whole. Like ANALYZE: run after
-        large loads; searches and writers go on, and it waits for the writes in flight when its
+        :meth:`reindex_impacts` if :meth:`impact_drift` has reached ``reindex_at`` or a
+        recompute was left unfinished (``None``: never; 0 or less: always), so that the stored
+        impacts fit the chunks' average length again; then it merges the pending part
+        (:meth:`merge_pending`; its own transaction on an autocommit connection), so that the
+        sketches see every list whole. Like ANALYZE: run after large loads; searches and
+        writers go on, and it waits for the writes in flight when its
         term bits begin. Under an isolation level other than READ COMMITTED it raises
         :class:`InvalidArgument`. ``progress(done, total)`` is called after each list, then after
         each term."""
         # (reindex first: the pending part holds no impacts, and merged after it gets the new
         # reference rather than being merged and then rewritten)
-        if reindex_at is not None and (reindex_at <= 0 or self.impact_drift() >= reindex_at):
+        if reindex_at is not None and (reindex_at <= 0 or self.impact_drift() >= reindex_at
+                                       or self.index_status().reindex_unfinished):
             self.reindex_impacts()
         self.merge_pending()
         return self._with_progress("analyze_postings",
@@ -396,24 +400,76 @@ class Groundkit:
         the broad reader 1.21x slower by mean (docs/bm25.md, "The impact reference")."""
         return float(self._scalar("select groundkit.impact_drift()", {}))
 
-    def reindex_impacts(self, avgdl_ref: float | None = None) -> int:
-        """Recompute every posting's stored impact with ``groundkit.config``'s k1 and b at the
+    def reindex_impacts(self, avgdl_ref: float | None = None,
+                        progress: Callable[[int, int], None] | None = None,
+                        *, step_postings: int = REINDEX_STEP_POSTINGS) -> int:
+        """Recompute the postings' stored impacts with ``groundkit.config``'s k1 and b at the
         reference length ``avgdl_ref`` (default: the largest average chunk length any reader rank's
         statistics give), then sketch the lists again; returns the number of postings rewritten.
-        One statement that rewrites every posting (7 minutes at 1M chunks, with the vacuum it
-        leaves to do): searches go on, and so do one-object writes of new objects into the
-        pending part, while every write to the postings waits for it: merges (a writer's inline
-        merge too), bulk writes and the replacement of merged chunks. On an autocommit connection
-        it then runs ``VACUUM (ANALYZE)`` on the postings: until their pages are vacuumed,
-        searches set hint bits on every page they read and cannot read the postings' indexes
-        alone (the eval collections' searches took 1.8-3.4x as long right after). Elsewhere, run
-        it yourself. :meth:`analyze_postings` runs this once :meth:`impact_drift` reaches its
-        ``reindex_at``."""
-        n = int(self._scalar("select groundkit.reindex_impacts(avgdl_ref => %(ref)s)", {"ref": avgdl_ref}))
+
+        On an autocommit connection, with k1 and b unchanged since the impacts were computed, it
+        works in steps, each its own transaction over ``step_postings`` postings in the order of
+        their key (docs/bm25.md, "Recomputing the impacts in steps"): writers to the postings
+        (merges, bulk writes, replacements of merged chunks) wait for one step at a time, and
+        searches stay exact throughout, bounding every impact with the smaller of the two
+        references until the last step. ``progress(done, total)``
+        is called after each step, in postings (the total is the planner's estimate). If it is
+        interrupted, the next call (or :meth:`analyze_postings`) finishes the work; search stays
+        exact meanwhile. Otherwise (a changed k1 or b, or a transaction of the caller's) it is
+        one statement that rewrites every posting while all those writers wait (7 minutes at 1M
+        chunks).
+
+        On an autocommit connection it then runs ``VACUUM (ANALYZE)`` on the postings: until
+        their pages are vacuumed, searches set hint bits on every page they read and cannot read
+        the postings' indexes alone (the eval collections' searches took 1.8-3.4x as long right
+        after). Elsewhere, run it yourself. :meth:`analyze_postings` runs this once
+        :meth:`impact_drift` reaches its ``reindex_at``."""
+        if step_postings < 1:
+            raise InvalidArgument(f"step_postings must be a positive integer (got {step_postings})")
+        in_steps = self.conn.autocommit and bool(self._scalar(
+            "select c.bm25_k1 = i.k1 and c.bm25_b = i.b from groundkit.config c cross join groundkit.bm25_impact i",
+            {}))
+        if in_steps:
+            n = self._reindex_in_steps(avgdl_ref, progress, step_postings)
+        else:
+            n = int(self._scalar("select groundkit.reindex_impacts(avgdl_ref => %(ref)s)", {"ref": avgdl_ref}))
         if self.conn.autocommit:  # (VACUUM cannot run inside a transaction block)
             with self._errors():
                 self.conn.execute("vacuum (analyze) groundkit.postings")
         return n
+
+    def _reindex_in_steps(self, avgdl_ref: float | None, progress: Callable[[int, int], None] | None,
+                          step_postings: int) -> int:
+        try:
+            self._scalar("select groundkit._reindex_begin(avgdl_ref => %(ref)s)", {"ref": avgdl_ref})
+            total = int(self._scalar(
+                "select greatest(c.reltuples, 0)::bigint from pg_catalog.pg_class c"
+                " where c.oid = 'groundkit.postings'::regclass", {}))
+            after: tuple[str | None, int | None] = (None, None)
+            done = rewritten = 0
+            while True:
+                row = self._fetch("select * from groundkit._reindex_step(%(term)s, %(chunk)s, %(rows)s)",
+                                  {"term": after[0], "chunk": after[1], "rows": step_postings})[0]
+                if row["last_term"] is None:
+                    break
+                after = (row["last_term"], row["last_chunk_id"])
+                done += int(row["postings"])
+                rewritten += int(row["rewritten"])
+                if progress is not None:
+                    progress(done, max(total, done))
+            self._scalar("select groundkit._reindex_end()", {})
+        except BaseException:
+            # Interrupted: the postings done so far stay done, search stays exact with the
+            # smaller reference, and the next recompute (any session) takes up the rest. This
+            # session lets go of the recompute's lock if it still can.
+            if not self.conn.closed and not self.conn.broken:
+                try:
+                    self.conn.execute("select pg_advisory_unlock(groundkit._reindex_lock_key())"
+                                      " where groundkit._reindex_lock_held()")
+                except psycopg.Error:
+                    pass
+            raise
+        return rewritten
 
     def index_status(self) -> IndexStatus:
         """The search index's state: chunks, pending postings, when the postings were last

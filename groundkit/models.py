@@ -112,6 +112,10 @@ class IndexStatus(_Frozen):
     avgdl_ref`` and ``avgdl_ref / avgdl`` (1.0 without shared chunks; infinite while ``k1``/``b``
     differ from ``impact_k1``/``impact_b``, when search is exhaustive). ``avgdl`` is the largest
     average chunk length any reader rank's statistics give; ``None`` without shared chunks.
+    ``avgdl_ref_min`` is set while a recompute of the impacts in steps has not finished: the
+    smallest reference some postings may still be at, which search bounds them all with (and
+    ``impact_drift`` counts). ``reindex_pid`` is the backend running that recompute; ``None``
+    with ``avgdl_ref_min`` set means it was interrupted (:attr:`reindex_unfinished`).
     """
 
     chunks: int
@@ -125,8 +129,15 @@ class IndexStatus(_Frozen):
     impact_k1: float
     impact_b: float
     avgdl_ref: float
+    avgdl_ref_min: float | None
+    reindex_pid: int | None
     avgdl: float | None
     impact_drift: float
+
+    @property
+    def reindex_unfinished(self) -> bool:
+        """Whether a recompute of the impacts in steps was left unfinished (none runs now)."""
+        return self.avgdl_ref_min is not None and self.reindex_pid is None
 
     @property
     def impacts_current(self) -> bool:

@@ -12,6 +12,16 @@ as $$
     select hashtextextended('groundkit.pending', 0)
 $$;
 
+-- The session-level advisory lock a recompute of the impacts in steps holds from its first step
+-- to its last (groundkit._reindex_begin, docs/bm25.md "Recomputing the impacts in steps").
+create or replace function groundkit._reindex_lock_key()
+returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select hashtextextended('groundkit.reindex_impacts', 0)
+$$;
+
 -- The content log is append-only. The one permitted UPDATE is the scrub that redaction
 -- performs: payload text set to NULL on an object that has a 'redact' event, every other
 -- column unchanged.

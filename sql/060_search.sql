@@ -845,8 +845,10 @@ begin
         select groundkit._vis_key(true, v_member, false, null, null));
     -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
     -- larger tf-parts, bounded through rho (groundkit._imp_ub, _imp_cut; docs/bm25.md, "The
-    -- impact reference").
-    rho := least(1.0, ip.avgdl_ref / v_avgdl);
+    -- impact reference"). While a recompute in steps is under way, some postings are still at
+    -- an older reference, down to avgdl_ref_min: the bound only widens as rho falls, so the
+    -- smallest one bounds them all ("Recomputing the impacts in steps").
+    rho := least(1.0, least(ip.avgdl_ref, coalesce(ip.avgdl_ref_min, ip.avgdl_ref)) / v_avgdl);
 
     -- The pending part (chunks written one at a time, not merged yet; docs/bm25.md, "The
     -- pending part"): scored whole, as the scan scores postings, its top k kept aside and

@@ -138,6 +138,9 @@ begin
     raise debug 'groundkit.rebuild: sketches';
     -- (the truncate holds chunks against every writer: the term bits wait for nobody)
     perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));
+    -- Every posting was written at avgdl_ref: none is left at an older one (after the sketches,
+    -- whose lock comes before this row's in _reindex_end too).
+    update groundkit.bm25_impact i set avgdl_ref_min = null where i.avgdl_ref_min is not null;
     perform groundkit._analyze_term_bits((select c.sketch_min_postings from groundkit.config c), true);
     return n;
 end
@@ -212,11 +215,13 @@ $$;
 -- merge, how old the planning statistics are, and whether the postings' stored impacts fit the
 -- statistics (docs/bm25.md, "The impact reference"). One row; it counts the chunks (a scan of
 -- their primary key, about 0.1 s at 1M) and the pending part, and reads one row elsewhere.
+drop function if exists groundkit.index_status();
 create or replace function groundkit.index_status()
 returns table (chunks bigint, pending_postings bigint, analyzed_at timestamptz, growth double precision,
                sketched_lists bigint, bitted_terms bigint, k1 double precision, b double precision,
                impact_k1 double precision, impact_b double precision, avgdl_ref double precision,
-               avgdl double precision, impact_drift double precision)
+               avgdl_ref_min double precision, reindex_pid integer, avgdl double precision,
+               impact_drift double precision)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -226,7 +231,7 @@ as $$
            groundkit.postings_growth(),
            (select count(*) from groundkit.postings_sketch),
            (select count(*) from groundkit.term_bits),
-           c.bm25_k1, c.bm25_b, i.k1, i.b, i.avgdl_ref,
+           c.bm25_k1, c.bm25_b, i.k1, i.b, i.avgdl_ref, i.avgdl_ref_min, groundkit._reindex_pid(),
            groundkit._avgdl_max(),
            groundkit.impact_drift()
       from groundkit.config c cross join groundkit.bm25_impact i

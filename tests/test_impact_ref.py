@@ -10,12 +10,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from typer.testing import CliRunner
 
 from groundkit import Groundkit
 from groundkit.cli import main as cli_main
 from groundkit.cli.main import app
+from groundkit.errors import GroundkitError, InvalidArgument
 
 runner = CliRunner()
 
@@ -130,6 +132,12 @@ def test_status_and_analyze_after_k1_changes(dsn: str) -> None:
         assert gk.impact_drift() < 1.25
         gk.conn.execute("update groundkit.config set bm25_k1 = 1.2")
         assert math.isinf(gk.impact_drift()) and not gk.index_status().impacts_current
+        # postings at another k1 have no bound from a smaller reference: no recompute in steps,
+        # and the refused one keeps no lock
+        with pytest.raises(psycopg.Error, match="k1 or b changed") as refused:
+            gk.conn.execute("select groundkit._reindex_begin()")
+        assert refused.value.sqlstate == "GK005"
+        assert gk.index_status().reindex_pid is None
 
     shown = runner.invoke(app, ["status", "--dsn", dsn])
     assert shown.exit_code == 0, shown.output
@@ -147,8 +155,9 @@ def test_status_and_analyze_after_k1_changes(dsn: str) -> None:
         assert not gk.index_status().impacts_current
     done = runner.invoke(app, ["analyze", "--dsn", dsn])
     assert done.exit_code == 0, done.output
-    assert "recomputing every posting's impact: the impacts were computed with k1 0.9, b 0.4, the configuration " \
-           "says k1 1.2, b 0.4" in " ".join(done.output.split())  # (rich wraps long lines)
+    assert "recomputing the postings' impacts: the impacts were computed with k1 0.9, b 0.4, the configuration " \
+           "says k1 1.2, b 0.4 (search is exhaustive until then); in one transaction" \
+           in " ".join(done.output.split())  # (rich wraps long lines)
     with Groundkit.connect(dsn) as gk:
         st = gk.index_status()
         assert st.impacts_current and st.impact_k1 == 1.2 and st.impact_drift == pytest.approx(1.0)
@@ -184,7 +193,7 @@ def test_ingest_fixes_the_reference_early(dsn: str, tmp_path: Path, monkeypatch:
     first = runner.invoke(app, ["ingest", str(_jsonl(tmp_path / "a.jsonl", range(30))), "--batch", "5",
                                 "--no-analyze", "--dsn", dsn])
     assert first.exit_code == 0, first.output
-    assert "recomputing every posting's impact: the chunks average" in " ".join(first.output.split())
+    assert "recomputing the postings' impacts: the chunks average" in " ".join(first.output.split())
     with Groundkit.connect(dsn) as gk:
         assert _ref(gk) != 64 and gk.impact_drift() < 1.25  # set from the first 10 objects
         assert _stored_imps_fit(gk)
@@ -227,3 +236,225 @@ def test_imp_bounds_hold(raw: Any) -> None:
     assert row[4] > row[0] / 4, row  # most bounds below the old factor by 5 % or more where it applied
     assert raw.execute("select groundkit._imp_cut(3.0, 0.5) = 'infinity', groundkit._imp_cut(-0.5, 0.5) < 0,"
                        " groundkit._imp_ub(0.5, 1.0) = 0.5 * (1 + 1e-6)").fetchone() == (True, True, True)
+
+
+def _exhaustive_agrees(gk: Groundkit) -> None:
+    """search answers every query as the exhaustive scorer does (scores, and chunks up to ties)."""
+    for q, (scores, above) in zip(QUERIES, _answers(gk), strict=True):
+        exhaustive = gk.conn.execute(
+            "select c.object_id, c.chunk_seq, e.score"
+            "  from groundkit._search_exhaustive('reader', %s, 10) e join groundkit.chunks c using (chunk_id)"
+            " order by e.score desc", (q,)).fetchall()
+        assert scores == [round(r["score"], 6) for r in exhaustive]
+        assert above == {(r["object_id"], r["chunk_seq"]) for r in exhaustive if round(r["score"], 6) > scores[-1]}
+
+
+def _mixed(gk: Groundkit) -> tuple[int, int]:
+    """(postings at avgdl_ref, postings at another reference)."""
+    row = gk.conn.execute(
+        "select count(*) filter (where p.imp = groundkit._impact(p.tf, p.doc_len, i.k1, i.b, i.avgdl_ref)) as at,"
+        "       count(*) filter (where p.imp <> groundkit._impact(p.tf, p.doc_len, i.k1, i.b, i.avgdl_ref)) as off"
+        "  from groundkit.postings p cross join groundkit.bm25_impact i").fetchone()
+    assert row is not None
+    return int(row["at"]), int(row["off"])
+
+
+def test_reindex_in_steps_matches_one_transaction(dsn: str) -> None:
+    """On an autocommit connection reindex_impacts() works in steps of whole terms, reports its
+    progress after each, and ends where the one-transaction reindex_impacts() would: the same
+    derived state, every impact at the new reference, none at an older one, search unchanged."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        _write_long(gk, range(40))
+        gk.conn.execute("update groundkit.config set sketch_min_postings = 1")  # (the recompute sketches)
+        gk.analyze_postings(reindex_at=None)
+        before = _answers(gk)
+        n_postings = gk.conn.execute("select count(*) as n from groundkit.postings").fetchone()
+        assert n_postings is not None
+        seen: list[tuple[int, int]] = []
+        rewritten = gk.reindex_impacts(progress=lambda done, total: seen.append((done, total)), step_postings=7)
+        assert len(seen) > 3 and seen == sorted(seen) and seen[-1][0] == n_postings["n"] == rewritten
+        assert all(done <= total for done, total in seen)
+        st = gk.index_status()
+        assert st.avgdl is not None and st.avgdl_ref == pytest.approx(st.avgdl)
+        assert st.avgdl_ref_min is None and st.reindex_pid is None and not st.reindex_unfinished
+        assert st.impact_drift == pytest.approx(1.0) and _stored_imps_fit(gk)
+        assert _answers(gk) == before
+        in_steps = gk.state_checksum()
+        sketches = gk.conn.execute("select count(*) as n from groundkit.postings_sketch").fetchone()
+        assert sketches is not None and sketches["n"] > 0
+        gk.conn.execute("select groundkit.reindex_impacts(%s)", (st.avgdl_ref,))
+        assert gk.state_checksum() == in_steps
+        # at the reference they are at, the steps rewrite nothing
+        assert gk.reindex_impacts(avgdl_ref=st.avgdl_ref, step_postings=7) == 0
+        with pytest.raises(InvalidArgument, match="step_postings"):
+            gk.reindex_impacts(step_postings=0)
+
+
+def test_writers_do_not_wait_for_a_recompute_in_steps(dsn: str) -> None:
+    """Between two steps a recompute holds no lock on the postings: a merge and the replacement
+    of merged chunks go through at once (lock_timeout 2 s), with impacts at the new reference;
+    a second recompute is refused while the first runs; search stays exact with postings at
+    both references; the last step leaves every posting at the new one."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        _write_long(gk, range(40))
+        gk.merge_pending()
+        old_ref = _ref(gk)
+        with psycopg.connect(dsn, autocommit=True) as steps:
+            ref = steps.execute("select groundkit._reindex_begin()").fetchone()
+            assert ref is not None and ref[0] > 1.5 * old_ref
+            row = steps.execute("select * from groundkit._reindex_step(null, null, 200)").fetchone()
+            assert row is not None and row[0] is not None and row[2] == 200 and row[3] > 0
+            at, off = _mixed(gk)
+            assert at > 0 and off > 0
+            st = gk.index_status()
+            assert st.avgdl_ref == ref[0] and st.avgdl_ref_min == old_ref
+            assert st.reindex_pid is not None and not st.reindex_unfinished
+            _exhaustive_agrees(gk)
+
+            with psycopg.connect(dsn, autocommit=True) as writer:
+                writer.execute("set lock_timeout = '2s'")
+                _write_long(gk, range(40, 45))
+                assert writer.execute("select groundkit.merge_pending()").fetchone() != (0,)
+                writer.execute("select groundkit.put_object(object_id => 'p3', version => 2,"
+                               " content_type => 'board_post', space_id => 'commons', tier_visibility => 'T0',"
+                               " title => 'pots again', body => 'kiln kiln glaze celadon raku')")
+            written = gk.conn.execute(
+                "select count(*) filter (where p.imp <> groundkit._impact(p.tf, p.doc_len, i.k1, i.b, %s)) as off,"
+                "       count(*) as n"
+                "  from groundkit.postings p join groundkit.chunks c on c.chunk_id = p.chunk_id"
+                "  cross join groundkit.bm25_impact i"
+                " where c.object_id in ('p3', 'p40', 'p41', 'p42', 'p43', 'p44')", (ref[0],)).fetchone()
+            assert written is not None and written["n"] > 0 and written["off"] == 0
+            _exhaustive_agrees(gk)
+
+            with pytest.raises(GroundkitError, match="another session is recomputing") as refused:
+                gk.reindex_impacts()
+            assert refused.value.sqlstate == "55P03"
+            with pytest.raises(psycopg.Error, match="not recomputing") as not_begun:
+                gk.conn.execute("select groundkit._reindex_end()")
+            assert not_begun.value.sqlstate == "GK005"
+
+            after = row[:2]
+            while after[0] is not None:
+                nxt = steps.execute("select * from groundkit._reindex_step(%s, %s, 200)", after).fetchone()
+                assert nxt is not None
+                after = nxt[:2]
+            steps.execute("select groundkit._reindex_end()")
+        st = gk.index_status()
+        assert st.avgdl_ref_min is None and st.reindex_pid is None
+        assert _stored_imps_fit(gk) and _mixed(gk)[1] == 0
+        _exhaustive_agrees(gk)
+
+
+def test_an_interrupted_recompute_is_finished_by_analyze(dsn: str) -> None:
+    """A recompute whose session died leaves postings at two references: search stays exact
+    (bounding them with the smaller), `groundkit status` says it is due, and analyze finishes
+    it, at the default reference, even where the drift alone would not call for it."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        _write_long(gk, range(40))
+        gk.analyze_postings(min_postings=1)  # the reference fits: drift 1
+        fitted = _ref(gk)
+        before = _answers(gk)
+        with psycopg.connect(dsn, autocommit=True) as steps:
+            steps.execute("select groundkit._reindex_begin(%s)", (1.3 * fitted,))
+            steps.execute("select * from groundkit._reindex_step(null, null, 300)")
+        st = gk.index_status()
+        assert st.reindex_unfinished and st.avgdl_ref_min == pytest.approx(fitted)
+        assert st.impact_drift < 1.5  # the drift alone would leave it
+        assert _mixed(gk)[1] > 0
+        assert _answers(gk) == before
+        _exhaustive_agrees(gk)
+    shown = runner.invoke(app, ["status", "--dsn", dsn])
+    assert shown.exit_code == 0, shown.output
+    assert "recompute         interrupted" in shown.output
+    assert "due: the impacts' recompute was interrupted: groundkit analyze finishes it" in shown.output
+    done = runner.invoke(app, ["analyze", "--dsn", dsn])
+    assert done.exit_code == 0, done.output
+    assert "finishing an interrupted recompute" in " ".join(done.output.split())
+    with Groundkit.connect(dsn) as gk:
+        st = gk.index_status()
+        assert st.avgdl_ref_min is None and not st.reindex_unfinished
+        assert st.avgdl_ref == pytest.approx(fitted) and _stored_imps_fit(gk)  # (its default reference)
+        assert _answers(gk) == before
+
+
+def test_search_bounds_postings_at_the_older_reference(dsn: str) -> None:
+    """Right after a recompute in steps began, every posting is still at the old reference (here
+    far below the chunks' length: stored impacts well under the reader's tf-parts) while
+    avgdl_ref names the new one. Every pruned strategy must bound them with avgdl_ref_min, or it
+    stops before chunks that belong in the top k."""
+    from tests.test_search_exact import STRATEGIES
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        rng = random.Random(5)
+        for i in range(60):
+            # lengths from 5 to 400 words, and a few terms repeated in some: tf-parts that a
+            # bound at the wrong reference puts in the wrong order
+            words = [rng.choice(WORDS[:8]) for _ in range(rng.choice((5, 20, 80, 400)))]
+            words += [WORDS[i % 12]] * rng.randint(0, 6)
+            gk.put_object(f"v{i}", 1, "board_post", "commons", "T0", "", " ".join(words))
+        gk.merge_pending()
+        gk.conn.execute("select groundkit.reindex_impacts(2.0)")
+        gk.conn.execute("select groundkit._reindex_begin(1000.0)")
+        assert _mixed(gk)[0] == 0
+        for q in ("kiln", "kiln glaze", "clay wheel slip", "bisque stoneware porcelain kiln", "glaze slip"):
+            want = gk.conn.execute(
+                "select e.chunk_id, e.score from groundkit._search_exhaustive('reader', %s, 5) e"
+                " order by e.score desc, e.chunk_id", (q,)).fetchall()
+            for extra in STRATEGIES:
+                got = gk.conn.execute(
+                    "select r.chunk_id, r.score from groundkit._search_pruned('reader', %s, 5"  # noqa: S608
+                    + extra + ") r order by r.score desc, r.chunk_id", (q,)).fetchall()
+                assert [round(r["score"], 9) for r in got] == [round(r["score"], 9) for r in want], (q, extra)
+        gk.conn.execute("select pg_advisory_unlock(groundkit._reindex_lock_key())")
+
+
+def test_a_step_waits_for_a_writer_instead_of_deadlocking(dsn: str) -> None:
+    """A writer that replaces merged chunks deletes their postings across many terms in no
+    particular order; a step rewrites a range of the postings in key order. With row locks
+    alone the two deadlocked (seen at 1M chunks): the writer holds a later object's rows, the
+    step takes the earlier rows of the range and waits on the writer's, and the writer's next
+    replacement wants one of the step's. A step takes SHARE on the postings, so it waits for the
+    writer's transaction, and both go through."""
+    import threading
+    import time
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        _write_long(gk, range(40))
+        gk.merge_pending()
+    done: dict[str, Any] = {}
+    with psycopg.connect(dsn, autocommit=True) as steps, psycopg.connect(dsn) as writer:
+        steps.execute("select groundkit._reindex_begin(500.0)")
+        writer.execute("select groundkit.retier_object('p30', 2, 'T1')")  # holds p30's postings
+
+        def step() -> None:
+            try:
+                done["row"] = steps.execute("select * from groundkit._reindex_step(null, null, 1000000)").fetchone()
+            except psycopg.Error as exc:
+                done["error"] = exc
+            done["at"] = time.monotonic()
+
+        t = threading.Thread(target=step)
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive(), "the step did not wait for the writer"
+        writer.execute("select groundkit.retier_object('p3', 2, 'T1')")  # p3's postings come first
+        committed = time.monotonic()
+        writer.commit()
+        t.join(30)
+        assert not t.is_alive() and "error" not in done, done
+        assert done["at"] >= committed and done["row"][3] > 0
+        steps.execute("select groundkit._reindex_end()")
+    with Groundkit.connect(dsn) as gk:
+        assert _stored_imps_fit(gk) and gk.index_status().avgdl_ref_min is None
+        _exhaustive_agrees(gk)

@@ -100,6 +100,10 @@ world_st = st.fixed_dictionaries(
         # average chunk lengths, which search bounds through _imp_ub; 500 above them)
         "params": st.sampled_from([(0.9, 0.4, None), (1.2, 0.75, None), (0.9, 0.4, 1.0), (2.0, 1.0, 500.0),
                                    (0.9, 0.4, 8.0), (1.2, 0.75, 4.0)]),
+        # a recompute in steps (docs/bm25.md, "Recomputing the impacts in steps") to this
+        # reference, left after its first step over about half the postings: those are at the new
+        # reference, the rest at the params' one, and search bounds them all with the smaller
+        "halfway": st.one_of(st.none(), st.sampled_from([3.0, 300.0])),
         # sketches of the postings lists (planning only): none, fresh, or wrong in every way
         "sketch": st.sampled_from([None, "fresh", "wrong"]),
         # the pending part (docs/bm25.md, "The pending part"): config.pending_merge_chunks before
@@ -239,6 +243,11 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
         gk.conn.execute("select groundkit.reindex_impacts(%s)", (ref,))
     elif (k1, b) != (0.9, 0.4):
         gk.conn.execute("select groundkit.reindex_impacts()")
+    if world["halfway"] is not None:
+        gk.conn.execute("select groundkit._reindex_begin(%s)", (world["halfway"],))
+        half = gk.conn.execute("select count(*) / 2 + 1 as n from groundkit.postings").fetchone()
+        assert half is not None
+        gk.conn.execute("select * from groundkit._reindex_step(null, null, %s)", (half["n"],))
     gk.conn.execute("delete from groundkit.postings_sketch")
     if world["sketch"] is not None:
         gk.conn.execute("select groundkit.analyze_postings(min_postings => 1)")

@@ -29,7 +29,7 @@ from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import REINDEX_DRIFT, Groundkit, resolve_dsn
 from groundkit.config import Settings
 from groundkit.errors import ConfigError, GroundkitError, InvalidArgument
-from groundkit.models import ContentObject
+from groundkit.models import ContentObject, IndexStatus
 
 ReindexAtOption = Annotated[
     float,
@@ -203,11 +203,11 @@ def ingest(
             done += len(group)
             progress.advance(task, len(group))
             if chunks_before is not None and counts.get("applied", 0) >= EARLY_REINDEX_OBJECTS:
-                if gk.index_status().chunks >= 2 * chunks_before and gk.impact_drift() >= reindex_at:
+                st = gk.index_status()
+                if st.chunks >= 2 * chunks_before and st.impact_drift >= reindex_at:
                     # (the pending part keeps tf and lengths only: a later merge computes its
                     # impacts at the new reference, so it is not merged first to be rewritten)
-                    _say_reindex(gk)
-                    gk.reindex_impacts()
+                    _reindex(gk, progress, st)
                 chunks_before = None
         sketched = None
         written = counts.get("applied", 0)
@@ -272,28 +272,39 @@ def _analyze(gk: Groundkit, progress: Progress, *, min_postings: int | None = No
              reindex_at: float = REINDEX_DRIFT) -> int:
     """Groundkit.analyze_postings with a progress bar, saying first when it will reindex the
     impacts (reindex_at 0: never)."""
-    due = reindex_at > 0 and gk.impact_drift() >= reindex_at
-    if due:
-        _say_reindex(gk)
+    if reindex_at > 0:
+        st = gk.index_status()
+        if st.impact_drift >= reindex_at or st.reindex_unfinished:
+            _reindex(gk, progress, st)
     task = progress.add_task("analyze", total=None)
 
     def advance(done: int, total: int) -> None:
         progress.update(task, completed=done, total=total)
 
-    # (decided here, once: 0 makes analyze_postings reindex without measuring the drift again)
-    return gk.analyze_postings(min_postings=min_postings, progress=advance, reindex_at=0.0 if due else None)
+    # (the recompute was decided and run above, with its own progress bar)
+    return gk.analyze_postings(min_postings=min_postings, progress=advance, reindex_at=None)
 
 
-def _say_reindex(gk: Groundkit) -> None:
-    st = gk.index_status()
+def _reindex(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
+    """Groundkit.reindex_impacts with a progress bar, saying first why it runs and who waits."""
     if not st.impacts_current:
         why = (f"the impacts were computed with k1 {st.impact_k1:g}, b {st.impact_b:g}, the configuration "
-               f"says k1 {st.k1:g}, b {st.b:g} (search is exhaustive until then)")
+               f"says k1 {st.k1:g}, b {st.b:g} (search is exhaustive until then); in one transaction, "
+               "while merges and bulk writes wait for it")
     else:
         why = (f"the chunks average {st.avgdl or 0:.1f} tokens, the impacts' reference length is "
                f"{st.avgdl_ref:.1f} ({st.impact_drift:.2f}x)")
-    err.print(f"recomputing every posting's impact: {why}; merges and bulk writes wait for it",
-              highlight=False)
+        if st.reindex_unfinished:
+            why = f"finishing an interrupted recompute; {why}"
+        why += "; in steps: writers to the postings wait for one step at a time"
+    err.print(f"recomputing the postings' impacts: {why}", highlight=False)
+    task = progress.add_task("recompute impacts", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    gk.reindex_impacts(progress=advance)
+    progress.remove_task(task)
 
 
 @app.command()
@@ -322,6 +333,13 @@ def status(
               f"reference length {st.avgdl_ref:.1f}", highlight=False)
     out.print(f"average length    {avgdl} (the reference is off by {st.impact_drift:.2f}x)"
               if st.impacts_current else f"average length    {avgdl}", highlight=False)
+    if st.avgdl_ref_min is not None:
+        where = (f"under way in backend {st.reindex_pid}" if st.reindex_pid is not None
+                 else "interrupted")
+        out.print(f"recompute         {where}: some postings may still be at reference length "
+                  f"{st.avgdl_ref_min:.1f}, which search bounds them all with", highlight=False)
+    if st.reindex_unfinished:
+        out.print("due: the impacts' recompute was interrupted: groundkit analyze finishes it", highlight=False)
     if not st.impacts_current:
         out.print("due: search is exhaustive until the impacts are recomputed with the new k1 and b: "
                   "groundkit analyze", highlight=False)
