@@ -538,7 +538,6 @@ $$;
 -- order (NULLs: from the first) get the impacts of the current parameters where theirs differ.
 -- Returns the last posting's key (NULLs when there was none left), the postings in the range
 -- and how many were rewritten. Postings written meanwhile are already at the new reference.
-drop function if exists groundkit._reindex_step(text, integer);
 create or replace function groundkit._reindex_step(p_after_term text, p_after_chunk bigint,
                                                    p_rows integer default 100000)
 returns table (last_term text, last_chunk_id bigint, postings bigint, rewritten bigint)
