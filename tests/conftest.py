@@ -41,6 +41,20 @@ def _start_embedded() -> tuple[str, Any]:
     return str(server.get_uri()), server
 
 
+@pytest.fixture
+def server_home() -> Iterator[Path]:
+    """A directory for a test's own embedded server, outside pytest's temporary root. As root,
+    the wheel runs the server as its own OS user and opens the folders of the path to it; every
+    pytest session sets its root (/tmp/pytest-of-<user>) back to 0700, so a server under it
+    could not be reached once another pytest session started on the machine ("pg_ctl: could
+    not access directory ...: Permission denied", in a CI run beside local test runs)."""
+    path = Path(tempfile.mkdtemp(prefix="gk-home-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def server_dsn() -> Iterator[str]:
     dsn = os.environ.get("GROUNDKIT_TEST_DSN")

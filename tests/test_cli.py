@@ -215,8 +215,8 @@ def test_demo_runs_end_to_end(server_dsn: str) -> None:
     assert "checksum unchanged" in out.replace("\n", " ")
 
 
-def test_db_url_status_stop_manage_the_embedded_server(tmp_path: Path) -> None:
-    home = tmp_path / "gkhome"
+def test_db_url_status_stop_manage_the_embedded_server(server_home: Path) -> None:
+    home = server_home / "gkhome"
     env = {"GROUNDKIT_HOME": str(home), "GROUNDKIT_DSN": ""}
     before = runner.invoke(app, ["db", "status"], env=env)
     assert before.exit_code == 0, before.output

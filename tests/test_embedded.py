@@ -34,8 +34,8 @@ _START = (
 
 
 @pytest.fixture
-def home(tmp_path: Path) -> Iterator[Settings]:
-    settings = Settings(home=tmp_path / "gkhome")
+def home(server_home: Path) -> Iterator[Settings]:
+    settings = Settings(home=server_home / "gkhome")
     try:
         yield settings
     finally:

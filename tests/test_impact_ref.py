@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -364,6 +365,12 @@ def test_an_interrupted_recompute_is_finished_by_analyze(dsn: str) -> None:
         with psycopg.connect(dsn, autocommit=True) as steps:
             steps.execute("select groundkit._reindex_begin(%s)", (1.3 * fitted,))
             steps.execute("select * from groundkit._reindex_step(null, null, 300)")
+            pid = steps.info.backend_pid
+        # (a backend exits, and lets go of its session locks, a moment after its client left)
+        deadline = time.monotonic() + 30
+        while gk.conn.execute("select 1 from pg_stat_activity where pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < deadline, "the recompute's backend did not exit"
+            time.sleep(0.05)
         st = gk.index_status()
         assert st.reindex_unfinished and st.avgdl_ref_min == pytest.approx(fitted)
         assert st.impact_drift < 1.5  # the drift alone would leave it
@@ -425,7 +432,6 @@ def test_a_step_waits_for_a_writer_instead_of_deadlocking(dsn: str) -> None:
     replacement wants one of the step's. A step takes SHARE on the postings, so it waits for the
     writer's transaction, and both go through."""
     import threading
-    import time
 
     with Groundkit.connect(dsn) as gk:
         gk.put_space("commons")
