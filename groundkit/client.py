@@ -365,9 +365,9 @@ class Groundkit:
         each term."""
         # (reindex first: the pending part holds no impacts, and merged after it gets the new
         # reference rather than being merged and then rewritten)
-        if reindex_at is not None and (reindex_at <= 0 or self.impact_drift() >= reindex_at
-                                       or self.index_status().reindex_unfinished):
-            self.reindex_impacts()
+        if reindex_at is not None:
+            if reindex_at <= 0 or self.index_status().reindex_due(reindex_at):
+                self.reindex_impacts()
         self.merge_pending()
         return self._with_progress("analyze_postings",
                                    "select groundkit.analyze_postings(min_postings => %(min_postings)s)",

@@ -139,6 +139,11 @@ class IndexStatus(_Frozen):
         """Whether a recompute of the impacts in steps was left unfinished (none runs now)."""
         return self.avgdl_ref_min is not None and self.reindex_pid is None
 
+    def reindex_due(self, reindex_at: float) -> bool:
+        """Whether :meth:`~groundkit.Groundkit.analyze_postings` recomputes the impacts first:
+        the drift has reached ``reindex_at``, or a recompute was left unfinished."""
+        return self.impact_drift >= reindex_at or self.reindex_unfinished
+
     @property
     def impacts_current(self) -> bool:
         """Whether the impacts were computed with the configured ``k1`` and ``b``."""

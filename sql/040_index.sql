@@ -566,22 +566,24 @@ begin
      where (p.term, p.chunk_id) > (lo_term, lo_chunk)
      order by p.term, p.chunk_id
     offset p_rows - 1 limit 1;
+    postings := p_rows;
     if last_term is null then
+        -- the last step: fewer than p_rows left
         select p.term, p.chunk_id into last_term, last_chunk_id
           from groundkit.postings p
          where (p.term, p.chunk_id) > (lo_term, lo_chunk)
          order by p.term desc, p.chunk_id desc
          limit 1;
+        if last_term is null then
+            postings := 0;
+            rewritten := 0;
+            return next;
+            return;
+        end if;
+        select count(*) into postings
+          from groundkit.postings p
+         where (p.term, p.chunk_id) > (lo_term, lo_chunk);
     end if;
-    if last_term is null then
-        postings := 0;
-        rewritten := 0;
-        return next;
-        return;
-    end if;
-    select count(*) into postings
-      from groundkit.postings p
-     where (p.term, p.chunk_id) > (lo_term, lo_chunk) and (p.term, p.chunk_id) <= (last_term, last_chunk_id);
     update groundkit.postings p
        set imp = groundkit._impact(p.tf, p.doc_len, ip.k1, ip.b, ip.avgdl_ref)
      where (p.term, p.chunk_id) > (lo_term, lo_chunk) and (p.term, p.chunk_id) <= (last_term, last_chunk_id)

@@ -163,13 +163,7 @@ def test_status_and_analyze_after_k1_changes(dsn: str) -> None:
         st = gk.index_status()
         assert st.impacts_current and st.impact_k1 == 1.2 and st.impact_drift == pytest.approx(1.0)
         assert _stored_imps_fit(gk)
-        for q, (scores, above) in zip(QUERIES, _answers(gk), strict=True):
-            exhaustive = gk.conn.execute(
-                "select c.object_id, c.chunk_seq, e.score"
-                "  from groundkit._search_exhaustive('reader', %s, 10) e join groundkit.chunks c using (chunk_id)"
-                " order by e.score desc", (q,)).fetchall()
-            assert scores == [round(r["score"], 6) for r in exhaustive]
-            assert above == {(r["object_id"], r["chunk_seq"]) for r in exhaustive if round(r["score"], 6) > scores[-1]}
+        _exhaustive_agrees(gk)
     shown = runner.invoke(app, ["status", "--dsn", dsn])
     assert shown.exit_code == 0 and "due:" not in shown.output, shown.output
 

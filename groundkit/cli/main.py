@@ -274,7 +274,7 @@ def _analyze(gk: Groundkit, progress: Progress, *, min_postings: int | None = No
     impacts (reindex_at 0: never)."""
     if reindex_at > 0:
         st = gk.index_status()
-        if st.impact_drift >= reindex_at or st.reindex_unfinished:
+        if st.reindex_due(reindex_at):
             _reindex(gk, progress, st)
     task = progress.add_task("analyze", total=None)
 
