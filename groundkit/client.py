@@ -416,7 +416,8 @@ class Groundkit:
         references until the last step (at 1M chunks: 702 s in 270 steps, the vacuum included;
         a writer's longest wait 7.1 s). ``progress(done, total)`` is called after each step, in
         postings (the total is the planner's estimate). If it is interrupted, the next call (or
-        :meth:`analyze_postings`) finishes the work; search stays exact meanwhile. Otherwise (a
+        :meth:`analyze_postings`) resumes where the steps stopped, unless it is given another
+        ``avgdl_ref``; search stays exact meanwhile. Otherwise (a
         changed k1 or b, or a transaction of the caller's) it is one statement that rewrites
         every posting while all those writers wait (528 s at 1M chunks, and 52 s of vacuum).
 
@@ -446,14 +447,18 @@ class Groundkit:
             total = int(self._scalar(
                 "select greatest(c.reltuples, 0)::bigint from pg_catalog.pg_class c"
                 " where c.oid = 'groundkit.postings'::regclass", {}))
-            after: tuple[str | None, int | None] = (None, None)
-            done = rewritten = 0
+            # A recompute left unfinished resumes where its steps stopped: what they did counts
+            # as done (one read of the key up to there, only when resuming).
+            done = int(self._scalar(
+                "select coalesce((select count(*) from groundkit.postings p"
+                "                  where i.reindex_term is not null"
+                "                    and (p.term, p.chunk_id) <= (i.reindex_term, i.reindex_chunk)), 0)"
+                "  from groundkit.bm25_impact i", {}))
+            rewritten = 0
             while True:
-                row = self._fetch("select * from groundkit._reindex_step(%(term)s, %(chunk)s, %(rows)s)",
-                                  {"term": after[0], "chunk": after[1], "rows": step_postings})[0]
+                row = self._fetch("select * from groundkit._reindex_step(%(rows)s)", {"rows": step_postings})[0]
                 if row["last_term"] is None:
                     break
-                after = (row["last_term"], row["last_chunk_id"])
                 done += int(row["postings"])
                 rewritten += int(row["rewritten"])
                 if progress is not None:
@@ -461,8 +466,8 @@ class Groundkit:
             self._scalar("select groundkit._reindex_end()", {})
         except BaseException:
             # Interrupted: the postings done so far stay done, search stays exact with the
-            # smaller reference, and the next recompute (any session) takes up the rest. This
-            # session lets go of the recompute's lock if it still can.
+            # smaller reference, and the next recompute (any session) resumes where the steps
+            # stopped. This session lets go of the recompute's lock if it still can.
             if not self.conn.closed and not self.conn.broken:
                 try:
                     self.conn.execute("select pg_advisory_unlock(groundkit._reindex_lock_key())"

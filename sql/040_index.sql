@@ -430,8 +430,8 @@ begin
     if ref is null then
         ref := coalesce(groundkit._avgdl_max(), (select i.avgdl_ref from groundkit.bm25_impact i));
     end if;
-    if ref is null or ref <= 0 then
-        raise exception 'avgdl_ref must be positive (got %)', ref using errcode = 'GK005';
+    if ref is null or ref <= 0 or ref in ('infinity'::double precision, 'NaN'::double precision) then
+        raise exception 'avgdl_ref must be positive and finite (got %)', ref using errcode = 'GK005';
     end if;
     -- Writers and merges take ROW EXCLUSIVE on postings before they read the impact parameters:
     -- every posting written before this commits is here for the update below, and every one
@@ -440,7 +440,8 @@ begin
     lock table groundkit.bm25_impact in exclusive mode;
     -- (every posting is rewritten below: none is left at an older reference, even if a
     -- recompute in steps was under way)
-    update groundkit.bm25_impact i set k1 = c.bm25_k1, b = c.bm25_b, avgdl_ref = ref, avgdl_ref_min = null
+    update groundkit.bm25_impact i set k1 = c.bm25_k1, b = c.bm25_b, avgdl_ref = ref, avgdl_ref_min = null,
+                                         reindex_term = null, reindex_chunk = null, reindex_done = false
       from groundkit.config c
     returning i.* into ip;
     update groundkit.postings p
@@ -459,9 +460,10 @@ $$;
 -- Groundkit.reindex_impacts() drives it on an autocommit connection; from SQL, call
 -- _reindex_begin(), then _reindex_step() until it returns no key, then _reindex_end(), each in
 -- its own transaction and all on one session (the first takes a session-level advisory lock
--- that the last releases), passing each step's last key to the next. Needs k1 and b unchanged
--- since the impacts were computed: a posting at other parameters has no such bound
--- (reindex_impacts() rewrites those in one transaction).
+-- that the last releases). The steps keep their position in bm25_impact (revision 0010), so no
+-- range can be skipped, the end is refused before the last step, and an interrupted recompute
+-- resumes where it stopped. Needs k1 and b unchanged since the impacts were computed: a posting
+-- at other parameters has no such bound (reindex_impacts() rewrites those in one transaction).
 
 -- The backend that holds the recompute's advisory lock, if any (pg_locks shows a bigint key as
 -- its high and low 32 bits): a recompute in steps under way there. NULL with avgdl_ref_min set:
@@ -493,6 +495,10 @@ $$;
 -- parameters they write with after taking ROW EXCLUSIVE: every posting committed before this
 -- commits is visible to the steps, and every one written after is at the new reference. The
 -- advisory lock is the session's, not the transaction's: a begin that fails lets go of it.
+-- A recompute left unfinished resumes where its steps stopped when avgdl_ref is NULL or its own
+-- reference: the postings up to its position are at that reference already, and so is every
+-- posting written since it began. Any other reference starts over from the first posting.
+-- Returns the reference.
 create or replace function groundkit._reindex_begin(avgdl_ref double precision default null)
 returns double precision
 language plpgsql
@@ -502,10 +508,7 @@ declare
     ref double precision := _reindex_begin.avgdl_ref;
     ip groundkit.bm25_impact;
 begin
-    if ref is null then
-        ref := coalesce(groundkit._avgdl_max(), (select i.avgdl_ref from groundkit.bm25_impact i));
-    end if;
-    if ref is null or ref <= 0 or ref = 'infinity'::double precision then
+    if ref is not null and (ref <= 0 or ref in ('infinity'::double precision, 'NaN'::double precision)) then
         raise exception 'avgdl_ref must be positive and finite (got %)', ref using errcode = 'GK005';
     end if;
     -- (a session that began and did not end resumes: it holds the lock once)
@@ -523,9 +526,21 @@ begin
             raise exception 'k1 or b changed since the impacts were computed: they are recomputed in one transaction'
                 using errcode = 'GK005', hint = 'Call groundkit.reindex_impacts().';
         end if;
-        update groundkit.bm25_impact i
-           set avgdl_ref = ref,
-               avgdl_ref_min = least(coalesce(i.avgdl_ref_min, i.avgdl_ref), i.avgdl_ref, ref);
+        if ip.avgdl_ref_min is not null and (ref is null or ref = ip.avgdl_ref) then
+            ref := ip.avgdl_ref;
+            raise debug 'groundkit._reindex_begin: resuming after (%, %)', ip.reindex_term, ip.reindex_chunk;
+        else
+            if ref is null then
+                ref := coalesce(groundkit._avgdl_max(), ip.avgdl_ref);
+            end if;
+            if ref is null or ref <= 0 then
+                raise exception 'avgdl_ref must be positive and finite (got %)', ref using errcode = 'GK005';
+            end if;
+            update groundkit.bm25_impact i
+               set avgdl_ref = ref,
+                   avgdl_ref_min = least(coalesce(i.avgdl_ref_min, i.avgdl_ref), i.avgdl_ref, ref),
+                   reindex_term = null, reindex_chunk = null, reindex_done = false;
+        end if;
     exception when others then
         perform pg_advisory_unlock(groundkit._reindex_lock_key());
         raise;
@@ -534,24 +549,32 @@ begin
 end
 $$;
 
--- One step: the next p_rows postings after (p_after_term, p_after_chunk) in the primary key's
--- order (NULLs: from the first) get the impacts of the current parameters where theirs differ.
--- Returns the last posting's key (NULLs when there was none left), the postings in the range
--- and how many were rewritten. Postings written meanwhile are already at the new reference.
-create or replace function groundkit._reindex_step(p_after_term text, p_after_chunk bigint,
-                                                   p_rows integer default 100000)
+-- One step, on the session that began: the next p_rows postings after the steps' position (in
+-- the primary key's order) get the impacts of the current parameters where theirs differ, and
+-- the position moves to the last of them. Returns that key (NULLs when none was left), the
+-- postings in the range and how many were rewritten. Once a step has returned fewer than p_rows
+-- postings, or none, the recompute may end. Postings written
+-- meanwhile are already at the new reference. With no recompute unfinished (another session
+-- ran reindex_impacts() or rebuild() meanwhile, which rewrite every posting), there is nothing
+-- to do: no key.
+drop function if exists groundkit._reindex_step(text, bigint, integer);
+create or replace function groundkit._reindex_step(p_rows integer default 100000)
 returns table (last_term text, last_chunk_id bigint, postings bigint, rewritten bigint)
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    lo_term text := coalesce(p_after_term, '');
-    lo_chunk bigint := coalesce(p_after_chunk, -9223372036854775808);
+    lo_term text;
+    lo_chunk bigint;
     ip groundkit.bm25_impact;
 begin
     if p_rows is null or p_rows < 1 then
         raise exception 'p_rows must be a positive integer (got %)', coalesce(p_rows::text, 'NULL')
             using errcode = 'GK005';
+    end if;
+    if not groundkit._reindex_lock_held() then
+        raise exception 'this session is not recomputing the impacts in steps'
+            using errcode = 'GK005', hint = 'Call groundkit._reindex_begin() first, on this session.';
     end if;
     -- SHARE, as reindex_impacts() takes for the whole rewrite: writers to the postings wait for
     -- this step, and it for the writers in flight. Row locks alone deadlocked: a writer deleting
@@ -560,6 +583,14 @@ begin
     -- steps"). Taken before the parameters are read, as writers do.
     lock table groundkit.postings in share mode;
     select * into ip from groundkit.bm25_impact;
+    postings := 0;
+    rewritten := 0;
+    if ip.avgdl_ref_min is null or ip.reindex_done then
+        return next;
+        return;
+    end if;
+    lo_term := coalesce(ip.reindex_term, '');
+    lo_chunk := coalesce(ip.reindex_chunk, -9223372036854775808);
     -- (row comparisons: one range of the primary key, however long a term's list is)
     select p.term, p.chunk_id into last_term, last_chunk_id
       from groundkit.postings p
@@ -575,8 +606,8 @@ begin
          order by p.term desc, p.chunk_id desc
          limit 1;
         if last_term is null then
+            update groundkit.bm25_impact i set reindex_done = true;
             postings := 0;
-            rewritten := 0;
             return next;
             return;
         end if;
@@ -589,25 +620,41 @@ begin
      where (p.term, p.chunk_id) > (lo_term, lo_chunk) and (p.term, p.chunk_id) <= (last_term, last_chunk_id)
        and p.imp is distinct from groundkit._impact(p.tf, p.doc_len, ip.k1, ip.b, ip.avgdl_ref);
     get diagnostics rewritten = row_count;
+    -- (a range that reached the last posting leaves nothing after it)
+    update groundkit.bm25_impact i
+       set reindex_term = last_term, reindex_chunk = last_chunk_id, reindex_done = postings < p_rows;
     return next;
 end
 $$;
 
 -- End, after the last step: the sketches again (they hold impacts), then no posting is at an
--- older reference any more. Releases the session's advisory lock. Call it only after a step
--- returned no term: search's bounds then assume every posting is at avgdl_ref.
+-- older reference any more. Releases the session's advisory lock. Refused (GK005) on a session
+-- that did not begin, and while steps remain: search's bounds then assume every posting is at
+-- avgdl_ref. (With no recompute unfinished, as after another session's reindex_impacts(), it
+-- only lets go of the lock.)
 create or replace function groundkit._reindex_end()
 returns void
 language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    ip groundkit.bm25_impact;
 begin
     if not groundkit._reindex_lock_held() then
         raise exception 'this session is not recomputing the impacts in steps'
             using errcode = 'GK005', hint = 'Call groundkit._reindex_begin() first, on this session.';
     end if;
-    perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));
-    update groundkit.bm25_impact i set avgdl_ref_min = null;
+    select * into ip from groundkit.bm25_impact;
+    if ip.avgdl_ref_min is not null then
+        if not ip.reindex_done then
+            raise exception 'the recompute has steps left (it has reached %)',
+                    coalesce(format('(%L, %s)', ip.reindex_term, ip.reindex_chunk), 'no posting yet')
+                using errcode = 'GK005', hint = 'Call groundkit._reindex_step() until it returns no key.';
+        end if;
+        perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));
+        update groundkit.bm25_impact i
+           set avgdl_ref_min = null, reindex_term = null, reindex_chunk = null, reindex_done = false;
+    end if;
     perform pg_advisory_unlock(groundkit._reindex_lock_key());
 end
 $$;

@@ -140,7 +140,9 @@ begin
     perform groundkit._analyze_sketches((select c.sketch_min_postings from groundkit.config c));
     -- Every posting was written at avgdl_ref: none is left at an older one (after the sketches,
     -- whose lock comes before this row's in _reindex_end too).
-    update groundkit.bm25_impact i set avgdl_ref_min = null where i.avgdl_ref_min is not null;
+    update groundkit.bm25_impact i
+       set avgdl_ref_min = null, reindex_term = null, reindex_chunk = null, reindex_done = false
+     where i.avgdl_ref_min is not null;
     perform groundkit._analyze_term_bits((select c.sketch_min_postings from groundkit.config c), true);
     return n;
 end

@@ -60,6 +60,20 @@ def _stored_imps_fit(gk: Groundkit) -> bool:
     return bool(row["wrong"] == 0)
 
 
+def _wait_gone(gk: Groundkit, pid: int) -> None:
+    """Wait for a backend to exit: it lets go of its session locks a moment after its client left."""
+    deadline = time.monotonic() + 30
+    while gk.conn.execute("select 1 from pg_stat_activity where pid = %s", (pid,)).fetchone():
+        assert time.monotonic() < deadline, "the recompute's backend did not exit"
+        time.sleep(0.05)
+
+
+def _cursor(gk: Groundkit) -> tuple[str | None, int | None, bool]:
+    row = gk.conn.execute("select reindex_term, reindex_chunk, reindex_done from groundkit.bm25_impact").fetchone()
+    assert row is not None
+    return row["reindex_term"], row["reindex_chunk"], row["reindex_done"]
+
+
 def _ref(gk: Groundkit) -> float:
     row = gk.conn.execute("select avgdl_ref from groundkit.bm25_impact").fetchone()
     assert row is not None
@@ -301,7 +315,7 @@ def test_writers_do_not_wait_for_a_recompute_in_steps(dsn: str) -> None:
         with psycopg.connect(dsn, autocommit=True) as steps:
             ref = steps.execute("select groundkit._reindex_begin()").fetchone()
             assert ref is not None and ref[0] > 1.5 * old_ref
-            row = steps.execute("select * from groundkit._reindex_step(null, null, 200)").fetchone()
+            row = steps.execute("select * from groundkit._reindex_step(200)").fetchone()
             assert row is not None and row[0] is not None and row[2] == 200 and row[3] > 0
             at, off = _mixed(gk)
             assert at > 0 and off > 0
@@ -329,13 +343,21 @@ def test_writers_do_not_wait_for_a_recompute_in_steps(dsn: str) -> None:
             with pytest.raises(GroundkitError, match="another session is recomputing") as refused:
                 gk.reindex_impacts()
             assert refused.value.sqlstate == "55P03"
-            with pytest.raises(psycopg.Error, match="not recomputing") as not_begun:
-                gk.conn.execute("select groundkit._reindex_end()")
-            assert not_begun.value.sqlstate == "GK005"
+            for call in ("select groundkit._reindex_end()", "select * from groundkit._reindex_step(200)"):
+                with pytest.raises(psycopg.Error, match="not recomputing") as not_begun:
+                    gk.conn.execute(call)
+                assert not_begun.value.sqlstate == "GK005"
+            # the session that began may not end before the last step: postings after the
+            # steps' position are still at the older reference
+            with pytest.raises(psycopg.Error, match="steps left") as early:
+                steps.execute("select groundkit._reindex_end()")
+            assert early.value.sqlstate == "GK005"
+            st = gk.index_status()
+            assert st.avgdl_ref_min == old_ref and st.reindex_pid == steps.info.backend_pid
 
             after = row[:2]
             while after[0] is not None:
-                nxt = steps.execute("select * from groundkit._reindex_step(%s, %s, 200)", after).fetchone()
+                nxt = steps.execute("select * from groundkit._reindex_step(200)").fetchone()
                 assert nxt is not None
                 after = nxt[:2]
             steps.execute("select groundkit._reindex_end()")
@@ -345,10 +367,10 @@ def test_writers_do_not_wait_for_a_recompute_in_steps(dsn: str) -> None:
         _exhaustive_agrees(gk)
 
 
-def test_an_interrupted_recompute_is_finished_by_analyze(dsn: str) -> None:
+def test_an_interrupted_recompute_is_resumed_by_analyze(dsn: str) -> None:
     """A recompute whose session died leaves postings at two references: search stays exact
-    (bounding them with the smaller), `groundkit status` says it is due, and analyze finishes
-    it, at the default reference, even where the drift alone would not call for it."""
+    (bounding them with the smaller), `groundkit status` says it is due, and analyze resumes
+    it, at its own reference, even where the drift alone would not call for it."""
     with Groundkit.connect(dsn) as gk:
         gk.put_space("commons")
         gk.put_member("reader", "T2")
@@ -358,13 +380,9 @@ def test_an_interrupted_recompute_is_finished_by_analyze(dsn: str) -> None:
         before = _answers(gk)
         with psycopg.connect(dsn, autocommit=True) as steps:
             steps.execute("select groundkit._reindex_begin(%s)", (1.3 * fitted,))
-            steps.execute("select * from groundkit._reindex_step(null, null, 300)")
+            steps.execute("select * from groundkit._reindex_step(300)")
             pid = steps.info.backend_pid
-        # (a backend exits, and lets go of its session locks, a moment after its client left)
-        deadline = time.monotonic() + 30
-        while gk.conn.execute("select 1 from pg_stat_activity where pid = %s", (pid,)).fetchone():
-            assert time.monotonic() < deadline, "the recompute's backend did not exit"
-            time.sleep(0.05)
+        _wait_gone(gk, pid)
         st = gk.index_status()
         assert st.reindex_unfinished and st.avgdl_ref_min == pytest.approx(fitted)
         assert st.impact_drift < 1.5  # the drift alone would leave it
@@ -374,15 +392,88 @@ def test_an_interrupted_recompute_is_finished_by_analyze(dsn: str) -> None:
     shown = runner.invoke(app, ["status", "--dsn", dsn])
     assert shown.exit_code == 0, shown.output
     assert "recompute         interrupted" in shown.output
-    assert "due: the impacts' recompute was interrupted: groundkit analyze finishes it" in shown.output
+    assert "due: the impacts' recompute was interrupted: groundkit analyze resumes it" in shown.output
     done = runner.invoke(app, ["analyze", "--dsn", dsn])
     assert done.exit_code == 0, done.output
-    assert "finishing an interrupted recompute" in " ".join(done.output.split())
+    assert "resuming an interrupted recompute where its steps stopped" in " ".join(done.output.split())
     with Groundkit.connect(dsn) as gk:
         st = gk.index_status()
         assert st.avgdl_ref_min is None and not st.reindex_unfinished
-        assert st.avgdl_ref == pytest.approx(fitted) and _stored_imps_fit(gk)  # (its default reference)
+        # (the interrupted recompute's reference, which analyze resumed; its drift is below 1.5)
+        assert st.avgdl_ref == pytest.approx(1.3 * fitted) and _stored_imps_fit(gk)
         assert _answers(gk) == before
+
+
+def test_a_recompute_resumes_where_its_steps_stopped(dsn: str) -> None:
+    """The steps keep their position in bm25_impact (revision 0010). A recompute whose session
+    died resumes after the last range it finished, at its own reference, and counts that range
+    as done in its progress; begun at another reference, it starts over from the first posting.
+    The position exists only while a recompute is unfinished (a check constraint), and a
+    reference that is not a positive finite number is refused before anything changes."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_member("reader", "T2")
+        _write_long(gk, range(40))
+        gk.analyze_postings(min_postings=1)
+        fitted = _ref(gk)
+        count = gk.conn.execute("select count(*) as n from groundkit.postings").fetchone()
+        assert count is not None and count["n"] > 1000
+        n = int(count["n"])
+        before = _answers(gk)
+        assert _cursor(gk) == (None, None, False)
+
+        with psycopg.connect(dsn, autocommit=True) as steps:
+            steps.execute("select groundkit._reindex_begin(%s)", (1.3 * fitted,))
+            first = steps.execute("select * from groundkit._reindex_step(300)").fetchone()
+            assert first is not None and first[2] == 300 and _cursor(gk) == (first[0], first[1], False)
+            # begun again with no reference (or its own): the same recompute, the same position
+            again = steps.execute("select groundkit._reindex_begin()").fetchone()
+            assert again is not None and again[0] == pytest.approx(1.3 * fitted)
+            assert _cursor(gk) == (first[0], first[1], False)
+            pid = steps.info.backend_pid
+        _wait_gone(gk, pid)
+        assert gk.index_status().reindex_unfinished
+
+        seen: list[int] = []
+        rewritten = gk.reindex_impacts(progress=lambda done, total: seen.append(done), step_postings=100)
+        assert seen[0] == 400 and seen[-1] == n  # the first 300 were not read again
+        assert 0 < rewritten <= n - 300
+        st = gk.index_status()
+        assert st.avgdl_ref == pytest.approx(1.3 * fitted) and st.avgdl_ref_min is None
+        assert _stored_imps_fit(gk) and _cursor(gk) == (None, None, False)
+        assert _answers(gk) == before
+
+        with psycopg.connect(dsn, autocommit=True) as steps:
+            steps.execute("select groundkit._reindex_begin(%s)", (fitted,))
+            steps.execute("select * from groundkit._reindex_step(300)")
+            assert _cursor(gk)[0] is not None
+            # another reference: from the first posting, bounded by the smallest of all three
+            steps.execute("select groundkit._reindex_begin(%s)", (2 * fitted,))
+            assert _cursor(gk) == (None, None, False)
+            st = gk.index_status()
+            assert st.avgdl_ref == pytest.approx(2 * fitted) and st.avgdl_ref_min == pytest.approx(fitted)
+            _exhaustive_agrees(gk)
+            for bad in (0.0, -1.0, float("nan"), float("inf")):
+                for call in ("select groundkit._reindex_begin(%s)", "select groundkit.reindex_impacts(%s)"):
+                    with pytest.raises(psycopg.Error, match="positive and finite") as refused:
+                        steps.execute(call, (bad,))
+                    assert refused.value.sqlstate == "GK005"
+            assert _cursor(gk) == (None, None, False)
+            assert gk.index_status().avgdl_ref == pytest.approx(2 * fitted)
+            pid = steps.info.backend_pid
+        _wait_gone(gk, pid)
+        assert gk.reindex_impacts() == n  # every posting was at fitted or 1.3 fitted
+        assert _stored_imps_fit(gk) and gk.index_status().avgdl_ref == pytest.approx(2 * fitted)
+
+        # no position without a recompute, and no reference that is not a finite number, whoever
+        # writes the row
+        for change in ("reindex_done = true", "reindex_term = 'kiln', reindex_chunk = 1", "reindex_term = 'kiln'",
+                       "avgdl_ref = 'NaN'", "avgdl_ref = 'infinity'"):
+            with pytest.raises(psycopg.errors.CheckViolation):
+                gk.conn.execute("update groundkit.bm25_impact set " + change)  # noqa: S608 (constants)
+        with pytest.raises(InvalidArgument, match="positive and finite"):
+            gk.reindex_impacts(avgdl_ref=float("nan"))
+        assert _cursor(gk) == (None, None, False) and gk.index_status().reindex_pid is None
 
 
 def test_search_bounds_postings_at_the_older_reference(dsn: str) -> None:
@@ -439,7 +530,7 @@ def test_a_step_waits_for_a_writer_instead_of_deadlocking(dsn: str) -> None:
 
         def step() -> None:
             try:
-                done["row"] = steps.execute("select * from groundkit._reindex_step(null, null, 1000000)").fetchone()
+                done["row"] = steps.execute("select * from groundkit._reindex_step(1000000)").fetchone()
             except psycopg.Error as exc:
                 done["error"] = exc
             done["at"] = time.monotonic()

@@ -247,7 +247,7 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
         gk.conn.execute("select groundkit._reindex_begin(%s)", (world["halfway"],))
         half = gk.conn.execute("select count(*) / 2 + 1 as n from groundkit.postings").fetchone()
         assert half is not None
-        gk.conn.execute("select * from groundkit._reindex_step(null, null, %s)", (half["n"],))
+        gk.conn.execute("select * from groundkit._reindex_step(%s)", (half["n"],))
     gk.conn.execute("delete from groundkit.postings_sketch")
     if world["sketch"] is not None:
         gk.conn.execute("select groundkit.analyze_postings(min_postings => 1)")

@@ -295,7 +295,7 @@ def _reindex(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
         why = (f"the chunks average {st.avgdl or 0:.1f} tokens, the impacts' reference length is "
                f"{st.avgdl_ref:.1f} ({st.impact_drift:.2f}x)")
         if st.reindex_unfinished:
-            why = f"finishing an interrupted recompute; {why}"
+            why = f"resuming an interrupted recompute where its steps stopped; {why}"
         why += "; in steps: writers to the postings wait for one step at a time"
     err.print(f"recomputing the postings' impacts: {why}", highlight=False)
     task = progress.add_task("recompute impacts", total=None)
@@ -339,7 +339,7 @@ def status(
         out.print(f"recompute         {where}: some postings may still be at reference length "
                   f"{st.avgdl_ref_min:.1f}, which search bounds them all with", highlight=False)
     if st.reindex_unfinished:
-        out.print("due: the impacts' recompute was interrupted: groundkit analyze finishes it", highlight=False)
+        out.print("due: the impacts' recompute was interrupted: groundkit analyze resumes it", highlight=False)
     if not st.impacts_current:
         out.print("due: search is exhaustive until the impacts are recomputed with the new k1 and b: "
                   "groundkit analyze", highlight=False)

@@ -161,7 +161,7 @@ ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "index_status": ("select * from groundkit.index_status()", ()),
     "reindex_impacts": ("select groundkit.reindex_impacts()", ()),
     "_reindex_begin": ("select groundkit._reindex_begin()", ()),
-    "_reindex_step": ("select * from groundkit._reindex_step(null, null)", ()),
+    "_reindex_step": ("select * from groundkit._reindex_step()", ()),
     "_reindex_end": ("select groundkit._reindex_end()", ()),
     "state_checksum": ("select groundkit.state_checksum()", ()),
     "_materialize_many": ("select groundkit._materialize_many(%s)", (["p1"],)),
