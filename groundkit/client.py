@@ -74,12 +74,12 @@ _M = TypeVar("_M", bound=BaseModel)
 
 # analyze_postings() recomputes the impacts once impact_drift() reaches this: at 1M chunks, with
 # search's bound from the stored impact, a drift of 2 cost the broad reader 1.21x by mean and one
-# of 1.25 (either way) 1.07x, while the rewrite takes about 12 minutes of work (in steps)
+# of 1.25 (either way) 1.07x, while the rewrite takes 7-12 minutes of work (in steps)
 # (docs/bm25.md, "The impact reference").
 REINDEX_DRIFT = 1.5
 # Postings per step of reindex_impacts() in steps: at 1M chunks a writer to the postings waited
-# 2.0 s at the p99 and 7.1 s at most, against the 8 min 48 s of the rewrite in one transaction
-# (docs/bm25.md, "Recomputing the impacts in steps").
+# 1.3-2.0 s at the p99 (about one step) in two runs, against the 8 min 48 s of the rewrite in one
+# transaction (docs/bm25.md, "Recomputing the impacts in steps").
 REINDEX_STEP_POSTINGS = 100_000
 # 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
 # reports its lists too, and those are not the rebuild's progress)
@@ -413,13 +413,14 @@ class Groundkit:
         their key (docs/bm25.md, "Recomputing the impacts in steps"): writers to the postings
         (merges, bulk writes, replacements of merged chunks) wait for one step at a time, and
         searches stay exact throughout, bounding every impact with the smaller of the two
-        references until the last step (at 1M chunks: 702 s in 270 steps, the vacuum included;
-        a writer's longest wait 7.1 s). ``progress(done, total)`` is called after each step, in
-        postings (the total is the planner's estimate). If it is interrupted, the next call (or
-        :meth:`analyze_postings`) resumes where the steps stopped, unless it is given another
-        ``avgdl_ref``; search stays exact meanwhile. Otherwise (a
-        changed k1 or b, or a transaction of the caller's) it is one statement that rewrites
-        every posting while all those writers wait (528 s at 1M chunks, and 52 s of vacuum).
+        references until the last step (at 1M chunks: 398-702 s in 270 steps, the vacuum
+        included; a writer's longest call 3.5-7.1 s, the longest ones its own inline merges).
+        ``progress(done, total)`` is called after each step, in postings (the total is the
+        planner's estimate). If it is interrupted, the next call (or :meth:`analyze_postings`)
+        resumes where the steps stopped, unless it is given another ``avgdl_ref``; search stays
+        exact meanwhile. Otherwise (a changed k1 or b, or a transaction of the caller's) it is one
+        statement that rewrites every posting while all those writers wait (528 s at 1M chunks,
+        and 52 s of vacuum); it is refused while another session recomputes in steps.
 
         On an autocommit connection it then runs ``VACUUM (ANALYZE)`` on the postings: until
         their pages are vacuumed, searches set hint bits on every page they read and cannot read

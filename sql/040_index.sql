@@ -416,7 +416,9 @@ $$;
 -- Recompute every posting's impact with groundkit.config's k1 and b and the given reference
 -- length (default: the largest average chunk length any reader's statistics give, so that no
 -- reader's bound needs widening). Search uses the pruned path again once this has run after a
--- change of k1 or b. Rewrites every posting: an administrative operation.
+-- change of k1 or b. Rewrites every posting: an administrative operation. Refused (55P03) while
+-- another session recomputes in steps: both hold SHARE on the postings, and each would wait for
+-- the other's to update them (a deadlock Postgres would break by cancelling one).
 create or replace function groundkit.reindex_impacts(avgdl_ref double precision default null)
 returns bigint
 language plpgsql
@@ -432,6 +434,12 @@ begin
     end if;
     if ref is null or ref <= 0 or ref in ('infinity'::double precision, 'NaN'::double precision) then
         raise exception 'avgdl_ref must be positive and finite (got %)', ref using errcode = 'GK005';
+    end if;
+    -- (the session recomputing in steps may call this: it holds the lock already)
+    if not pg_try_advisory_xact_lock(groundkit._reindex_lock_key()) then
+        raise exception 'another session is recomputing the impacts in steps'
+            using errcode = '55P03',
+                  hint = 'Wait for it; if that session died, its lock went with it and this can run again.';
     end if;
     -- Writers and merges take ROW EXCLUSIVE on postings before they read the impact parameters:
     -- every posting written before this commits is here for the update below, and every one

@@ -343,6 +343,11 @@ def test_writers_do_not_wait_for_a_recompute_in_steps(dsn: str) -> None:
             with pytest.raises(GroundkitError, match="another session is recomputing") as refused:
                 gk.reindex_impacts()
             assert refused.value.sqlstate == "55P03"
+            # the one-transaction form too: both would hold SHARE on the postings and wait for
+            # each other to update them
+            with pytest.raises(psycopg.Error, match="another session is recomputing") as one_tx:
+                gk.conn.execute("select groundkit.reindex_impacts()")
+            assert one_tx.value.sqlstate == "55P03"
             for call in ("select groundkit._reindex_end()", "select * from groundkit._reindex_step(200)"):
                 with pytest.raises(psycopg.Error, match="not recomputing") as not_begun:
                     gk.conn.execute(call)

@@ -2,6 +2,7 @@
 
     python evals/bench/bench_search.py --dsn URL --chunks 1000000 --keep    # builds gk_bench_1000000
     python evals/bench/reindex_steps.py --dsn URL --chunks 1000000 [--scale 0.5] [--step-postings 100000]
+    python evals/bench/reindex_steps.py --dsn URL --chunks 1000000 --steps-only
 
 ``reindex_impacts()`` rewrites every posting under a SHARE lock on the postings: writers to the
 postings (merges, bulk writes, replacements of merged chunks) wait for the whole rewrite.
@@ -20,7 +21,11 @@ During each, a writer on another connection replaces merged chunks, one object p
 ``retier_object`` of objects the benchmark loaded, which deletes their postings (so it needs ROW
 EXCLUSIVE on them) and writes new ones to the pending part, one call after another. It prints each
 arm's wall time (the rewrite and the vacuum apart), the writer's calls, and their p50, p99 and
-longest latency: what a writer to the postings waits for. Progress lines go to stderr.
+longest latency: what a writer to the postings waits for, and for the steps its five slowest calls:
+when, whether the call merged the pending part inline, how many steps ended during it, and what
+its backend waited on (``pg_stat_activity``, sampled every 0.1 s). ``--steps-only`` skips the
+first arm and takes the steps to ``--scale`` times the reference instead. Progress lines go to
+stderr.
 """
 
 from __future__ import annotations
@@ -45,52 +50,100 @@ from groundkit.migrate import migrate
 TIERS = ("T0", "T1")
 
 
-def writer(dsn: str, ids: Sequence[tuple[str, int]], stop: threading.Event, lat: list[float],
-           errors: list[str]) -> None:
-    """retier_object each of ``ids`` (object id, current version) in turn until ``stop``."""
-    try:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            for i, (oid, version) in enumerate(ids):
-                if stop.is_set():
-                    return
-                t0 = time.perf_counter()
-                row = conn.execute("select groundkit.retier_object(%s, %s, %s)",
-                                   (oid, version + 1, TIERS[i % 2])).fetchone()
-                lat.append(1000 * (time.perf_counter() - t0))
-                if row is None or row[0] != "applied":
-                    raise RuntimeError(f"retier_object {oid}: {row}")
-    except Exception as exc:  # reported, not hidden
-        errors.append(repr(exc))
+class Writer:
+    """retier_object each of ``ids`` (object id, current version) in turn until ``stop``; every
+    call's (start, seconds, object id), and what its backend waited on, sampled every 0.1 s."""
+
+    def __init__(self, dsn: str, ids: Sequence[tuple[str, int]]) -> None:
+        self.dsn, self.ids = dsn, ids
+        self.stop = threading.Event()
+        self.calls: list[tuple[float, float, str]] = []
+        self.waits: list[tuple[float, str]] = []
+        self.errors: list[str] = []
+        self.pid: int | None = None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                self.pid = conn.info.backend_pid
+                for i, (oid, version) in enumerate(self.ids):
+                    if self.stop.is_set():
+                        return
+                    t0 = time.perf_counter()
+                    row = conn.execute("select groundkit.retier_object(%s, %s, %s)",
+                                       (oid, version + 1, TIERS[i % 2])).fetchone()
+                    self.calls.append((t0, time.perf_counter() - t0, oid))
+                    if row is None or row[0] != "applied":
+                        raise RuntimeError(f"retier_object {oid}: {row}")
+        except Exception as exc:  # reported, not hidden
+            self.errors.append(repr(exc))
+
+    def watch(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while not self.stop.is_set():
+                if self.pid is not None:
+                    row = conn.execute("select coalesce(wait_event_type || ':' || wait_event, 'running')"
+                                       "  from pg_stat_activity where pid = %s and state = 'active'",
+                                       (self.pid,)).fetchone()
+                    if row is not None:
+                        self.waits.append((time.perf_counter(), str(row[0])))
+                time.sleep(0.1)
 
 
 def arm(dsn: str, ids: Sequence[tuple[str, int]], rewrite: Callable[[], None],
-        vacuum: Callable[[], None] | None) -> dict[str, Any]:
-    stop = threading.Event()
-    lat: list[float] = []
-    errors: list[str] = []
-    t = threading.Thread(target=writer, args=(dsn, ids, stop, lat, errors))
-    t.start()
+        vacuum: Callable[[], None] | None, marks: list[tuple[float, str]]) -> dict[str, Any]:
+    """Run ``rewrite`` (then ``vacuum``) with the writer going; ``marks``: (time, what) the rewrite
+    records as it goes (steps, end), used to say what the slowest calls overlapped."""
+    w = Writer(dsn, ids)
+    threads = [threading.Thread(target=w.run), threading.Thread(target=w.watch)]
+    for t in threads:
+        t.start()
     time.sleep(2.0)  # the writer's own pace before the rewrite starts
-    before = len(lat)
+    before = len(w.calls)
     t0 = time.perf_counter()
+    marks.append((t0, "begin"))
     rewrite()
     rewrite_s = time.perf_counter() - t0
     vacuum_s = 0.0
     if vacuum is not None:
         t1 = time.perf_counter()
+        marks.append((t1, "vacuum"))
         vacuum()
         vacuum_s = time.perf_counter() - t1
-    stop.set()
-    t.join()
-    if errors:
-        raise RuntimeError(f"writer failed: {errors[0]}")
-    during = lat[before:]
-    if len(lat) >= len(ids):
+    marks.append((time.perf_counter(), "done"))
+    w.stop.set()
+    for t in threads:
+        t.join()
+    if w.errors:
+        raise RuntimeError(f"writer failed: {w.errors[0]}")
+    during = [1000 * c[1] for c in w.calls[before:]]
+    if len(w.calls) >= len(ids):
         raise RuntimeError("the writer ran out of objects: raise --objects")
+    slowest = []
+    for start, secs, oid in sorted(w.calls[before:], key=lambda c: -c[1])[:5]:
+        end = start + secs
+        seen = [m for tm, m in marks if start <= tm <= end]
+        waits: dict[str, int] = {}
+        for tm, ev in w.waits:
+            if start <= tm <= end:
+                waits[ev] = waits.get(ev, 0) + 1
+        slowest.append({"ms": 1000 * secs, "at_s": start - t0, "oid": oid,
+                        "marks": f"{sum(1 for m in seen if m == 'step')} steps ended"
+                                 + "".join(f", {m}" for m in seen if m != "step"),
+                        "waits": ", ".join(f"{k} x{v}" for k, v in sorted(waits.items(), key=lambda kv: -kv[1]))})
     return {"rewrite_s": rewrite_s, "vacuum_s": vacuum_s, "calls": len(during),
             "p50": statistics.median(during) if during else float("nan"),
             "p99": pct(during, 99) if during else float("nan"),
-            "max": max(during) if during else float("nan")}
+            "max": max(during) if during else float("nan"), "slowest": slowest}
+
+
+def merged_inline(dsn: str, oid: str, every: int) -> bool:
+    """Whether the retier_object of ``oid`` merged the pending part inline: its new chunk ids
+    passed a multiple of pending_merge_chunks (each object is retiered once per arm)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("select min(chunk_id), max(chunk_id) from groundkit.chunks where object_id = %s",
+                           (oid,)).fetchone()
+    return row is not None and row[0] is not None and every > 0 and row[1] // every > (row[0] - 1) // every
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -99,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--scale", type=float, default=0.5, help="the one-transaction arm's reference, times the current")
     ap.add_argument("--step-postings", type=int, default=groundkit.client.REINDEX_STEP_POSTINGS)
     ap.add_argument("--objects", type=int, default=200_000, help="objects the writer may retier, per arm")
+    ap.add_argument("--steps-only", action="store_true",
+                    help="skip the one-transaction arm; the steps go to --scale x the current reference")
     args = ap.parse_args(argv)
 
     kept = f"gk_bench_{args.chunks}"
@@ -125,32 +180,48 @@ def main(argv: Sequence[str] | None = None) -> int:
             with psycopg.connect(dsn, autocommit=True) as c:
                 c.execute("vacuum (analyze) groundkit.postings")
 
-        log(f"one transaction: reindex_impacts({args.scale * ref:.2f}) with the writer running")
-        first = arm(dsn, ids[:args.objects], one_transaction, vacuum)
+        arms: dict[str, dict[str, Any]] = {}
+        if not args.steps_only:
+            log(f"one transaction: reindex_impacts({args.scale * ref:.2f}) with the writer running")
+            arms["one transaction"] = arm(dsn, ids[:args.objects], one_transaction, vacuum, [])
 
-        steps_seen: list[int] = []
+        marks: list[tuple[float, str]] = []
+        target = args.scale * ref if args.steps_only else None
 
         def in_steps() -> None:
             with groundkit.Groundkit.connect(dsn) as gk:
-                gk.reindex_impacts(progress=lambda done, total: steps_seen.append(done),
+                gk.reindex_impacts(target, progress=lambda done, total: marks.append((time.perf_counter(), "step")),
                                    step_postings=args.step_postings)
 
-        log("in steps: Groundkit.reindex_impacts() back to the default reference, with the writer running")
-        second = arm(dsn, ids[args.objects:], in_steps, None)
+        shown = f"{target:.2f}" if target is not None else ""
+        log(f"in steps: Groundkit.reindex_impacts({shown}) with the writer running")
+        steps = arm(dsn, ids[args.objects:], in_steps, None, marks)
+        n_steps = sum(1 for _, m in marks if m == "step")
+        arms[f"in steps ({n_steps})"] = steps
         with psycopg.connect(dsn, autocommit=True) as conn:
             end = conn.execute("select avgdl_ref, avgdl_ref_min from groundkit.bm25_impact").fetchone()
-        assert end is not None and end[1] is None
-        log(f"in steps: {len(steps_seen)} steps, back at {float(end[0]):.2f}")
+            every_row = conn.execute("select pending_merge_chunks from groundkit.config").fetchone()
+        assert end is not None and end[1] is None and every_row is not None
+        log(f"in steps: {n_steps} steps, at {float(end[0]):.2f}")
+        for slow in steps["slowest"]:
+            slow["merged"] = merged_inline(dsn, slow["oid"], int(every_row[0]))
 
     print(f"\n{args.chunks:,} chunks; the writer: retier_object one object per transaction, one call after another")
     print("| arm | rewrite s | vacuum s | writer calls | p50 ms | p99 ms | longest ms |")
     print("|---|---|---|---|---|---|---|")
-    for name, r in (("one transaction", first), (f"in steps ({len(steps_seen)})", second)):
+    for name, r in arms.items():
         print(f"| {name} | {r['rewrite_s']:.0f} | {r['vacuum_s']:.0f} | {r['calls']:,} | {r['p50']:.1f} | "
               f"{r['p99']:.1f} | {r['max']:.0f} |")
-    print(f"\nlongest writer wait, one transaction over in steps: {first['max'] / second['max']:.1f}x; "
-          f"wall time (rewrite + vacuum), in steps over one transaction: "
-          f"{(second['rewrite_s'] + second['vacuum_s']) / (first['rewrite_s'] + first['vacuum_s']):.2f}x")
+    print("\nthe writer's slowest calls in steps (wait events sampled every 0.1 s):")
+    print("| ms | at s | merged inline | during the call | the writer's backend |\n|---|---|---|---|---|")
+    for slow in steps["slowest"]:
+        print(f"| {slow['ms']:.0f} | {slow['at_s']:.0f} | {'yes' if slow['merged'] else 'no'} | {slow['marks']} "
+              f"| {slow['waits']} |")
+    if "one transaction" in arms:
+        first = arms["one transaction"]
+        print(f"\nlongest writer wait, one transaction over in steps: {first['max'] / steps['max']:.1f}x; "
+              f"wall time (rewrite + vacuum), in steps over one transaction: "
+              f"{(steps['rewrite_s'] + steps['vacuum_s']) / (first['rewrite_s'] + first['vacuum_s']):.2f}x")
     return 0
 
 
