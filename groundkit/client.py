@@ -7,6 +7,7 @@ process, so what another connection commits counts from the next call.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -363,6 +364,8 @@ class Groundkit:
         term bits begin. Under an isolation level other than READ COMMITTED it raises
         :class:`InvalidArgument`. ``progress(done, total)`` is called after each list, then after
         each term."""
+        if reindex_at is not None and math.isnan(reindex_at):
+            raise InvalidArgument("reindex_at must be a number or None (got NaN)")
         # (reindex first: the pending part holds no impacts, and merged after it gets the new
         # reference rather than being merged and then rewritten)
         if reindex_at is not None:

@@ -293,8 +293,9 @@ def test_merge_moves_the_pending_part(dsn: str) -> None:
     with Groundkit.connect(dsn) as gk:
         assert gk.conn.execute("select count(*) as n from groundkit.pending_postings").fetchone() == {"n": 0}
         assert gk.conn.execute("select count(*) as n from groundkit.postings").fetchone() == pending
-    bad = runner.invoke(app, ["merge", "--every", "0", "--dsn", dsn])
-    assert bad.exit_code != 0
+    for every in ("0", "nan", "inf"):  # (inf reached time.sleep and ended in an OverflowError traceback)
+        bad = runner.invoke(app, ["merge", "--every", every, "--dsn", dsn])
+        assert bad.exit_code == 2 and "Invalid value for '--every'" in bad.output, (every, bad.output)
 
 
 def test_merge_analyzes_after_growth(dsn: str) -> None:

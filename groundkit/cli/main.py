@@ -358,7 +358,8 @@ def status(
 def merge(
     every: Annotated[
         float | None,
-        typer.Option(min=0.01, help="Merge again every this many seconds, until interrupted (Ctrl-C)."),
+        typer.Option(min=0.01, max=86_400,
+                     help="Merge again every this many seconds, until interrupted (Ctrl-C)."),
     ] = None,
     analyze_at: Annotated[
         float,

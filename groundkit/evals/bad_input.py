@@ -191,6 +191,11 @@ def cases() -> list[Case]:
     s(Case("SQL put_object: version beyond bigint", _sql(_PUT_SQL, "9223372036854775808", _SEG_OK, "{}"), "error"))
     s(Case("SQL put_member: unknown status", _sql("select groundkit.put_member('zed', 'T1', %s)", "root"), "error"))
     s(Case("SQL put_member: NULL tier", _sql("select groundkit.put_member('zed', null)"), "error"))
+    for ref in ("NaN", "infinity", "0", "-1"):
+        s(Case(f"SQL reindex_impacts: avgdl_ref {ref}",
+               _sql("select groundkit.reindex_impacts(%s::double precision)", ref), "error"))
+    s(Case("reindex_impacts: avgdl_ref NaN", lambda g, _: g.reindex_impacts(avgdl_ref=float("nan")), "error"))
+    s(Case("analyze_postings: reindex_at NaN", lambda g, _: g.analyze_postings(reindex_at=float("nan")), "error"))
     s(Case("SQL put_object: unknown content type", _sql(
         "select groundkit.put_object('b3', 1, %s, 'board', 'T0', 't', 'b')", "bogus"), "error"))
     return c
