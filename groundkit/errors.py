@@ -29,7 +29,8 @@ class ConfigError(GroundkitError):
 
 
 class DatabaseUnavailable(GroundkitError):
-    """The database could not be reached. The message never contains a password."""
+    """The database could not be reached, or ended the session (SQLSTATE class 08, 57P01-57P03:
+    a shutdown, a crash, a terminated backend). The message never contains a password."""
 
 
 class MigrationError(GroundkitError):
@@ -89,6 +90,9 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK009": UnknownObject,
 }
 
+# admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now
+_SERVER_GONE = frozenset({"57P01", "57P02", "57P03"})
+
 _PASSWORD_PATTERNS = (
     re.compile(r"(://[^:/@\s]*:)([^@\s]*)(@)"),  # URI userinfo
     re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE),  # key=value DSN
@@ -110,6 +114,10 @@ def from_psycopg(exc: psycopg.Error) -> GroundkitError:
         message = f"{message} (hint: {diag.message_hint})"
     if isinstance(exc, psycopg.OperationalError) and state is None:
         return DatabaseUnavailable(scrub(message))
+    # the connection failed or the server ended the session (shutdown, crash, terminated, not
+    # accepting connections yet): the database went away
+    if state is not None and (state.startswith("08") or state in _SERVER_GONE):
+        return DatabaseUnavailable(scrub(message), sqlstate=state)
     if state == "42P01" or state == "42883" or state == "3F000":
         return MigrationError(
             f"{message}: the groundkit schema is missing or out of date; run `groundkit migrate`",

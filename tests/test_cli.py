@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -296,6 +301,51 @@ def test_merge_moves_the_pending_part(dsn: str) -> None:
     for every in ("0", "nan", "inf"):  # (inf reached time.sleep and ended in an OverflowError traceback)
         bad = runner.invoke(app, ["merge", "--every", every, "--dsn", dsn])
         assert bad.exit_code == 2 and "Invalid value for '--every'" in bad.output, (every, bad.output)
+
+
+def _merger_pids(gk: Groundkit, name: str) -> list[int]:
+    rows = gk.conn.execute("select pid from pg_stat_activity where application_name = %s", (name,)).fetchall()
+    return [int(r["pid"]) for r in rows]
+
+
+def _until(what: str, test: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (got := test()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return got
+
+
+def test_a_background_merger_connects_again_after_losing_its_database(dsn: str) -> None:
+    """`groundkit merge --every` runs for as long as the application does. When its session is
+    ended under it (as a server restart or a failover would; here pg_terminate_backend), it says
+    so, connects again and goes on merging, instead of exiting with a traceback and leaving the
+    writers to merge inline from then on."""
+    name = "groundkit-merger-test"
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "from groundkit.cli.main import app; app()",
+             "merge", "--every", "0.1", "--analyze-at", "0", "--dsn", dsn],
+            env={**os.environ, "PGAPPNAME": name}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            first = _until("the merger's session", lambda: _merger_pids(gk, name))
+            gk.conn.execute("select pg_terminate_backend(%s)", (first[0],))
+            for i in range(3):
+                gk.put_object(f"m{i}", 1, "board_post", "commons", "T0", "t", "loom weaving wool")
+            _until("a new session", lambda: [p for p in _merger_pids(gk, name) if p not in first])
+            _until("the pending part to be merged", lambda: gk.conn.execute(
+                "select count(*) = 0 as empty from groundkit.pending_postings").fetchone() == {"empty": True})
+            assert gk.conn.execute("select count(*) as n from groundkit.postings").fetchone() == {"n": 9}
+        finally:
+            proc.send_signal(signal.SIGINT)
+            stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0, (stdout, stderr)
+    said = " ".join(stderr.split())  # (rich wraps long lines)
+    # (the server's message, 'terminating connection due to administrator command', unless the
+    # client found the socket closed before it read it)
+    assert re.search(r"lost the database: .+; connecting again in 0\.2 s", said), stderr
+    assert "connected again" in stdout and "merged 9 pending posting(s)" in stdout, stdout
 
 
 def test_merge_analyzes_after_growth(dsn: str) -> None:

@@ -28,7 +28,7 @@ from groundkit.cli import eval as eval_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import REINDEX_DRIFT, Groundkit, resolve_dsn
 from groundkit.config import Settings
-from groundkit.errors import ConfigError, GroundkitError, InvalidArgument
+from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError, InvalidArgument
 from groundkit.models import ContentObject, IndexStatus
 
 ReindexAtOption = Annotated[
@@ -42,6 +42,8 @@ ReindexAtOption = Annotated[
 # postings again by default: at 1M chunks a tenth more unanalyzed made the broad reader's p95
 # 1.20x slower (docs/bm25.md, "Analyze after growth").
 ANALYZE_GROWTH = 0.1
+# The longest `merge --every` waits before it connects again after losing the database.
+MERGER_RETRY_MAX_S = 60.0
 # After this many objects, an ingest that wrote at least half the database's chunks recomputes
 # the impacts if their reference length is off (--reindex-at), so that the rest of the load is
 # written at the right one.
@@ -373,23 +375,43 @@ def merge(
     """Merge the pending part (the postings of objects written one at a time) into the postings
     and the term statistics, and analyze them again once the chunks have grown by --analyze-at.
     Writers merge it themselves every config.pending_merge_chunks chunks; with --every, this
-    runs as a background merger on its own connection."""
-    with Groundkit.connect(dsn) as gk, contextlib.suppress(KeyboardInterrupt):
-        # (an interrupted merge or analyze rolls back: what it would change stays as it was)
+    runs as a background merger on its own connection.
+
+    With --every it also outlives its database session: when the database goes away (a restart,
+    a failover, a terminated backend) it says so and connects again, waiting longer each time,
+    up to a minute."""
+    lost = 0
+    with contextlib.suppress(KeyboardInterrupt):
         while True:
-            moved = gk.merge_pending()
-            if every is None or moved:
-                out.print(f"merged {moved} pending posting(s)")
-            if analyze_at > 0 and (growth := gk.postings_growth()) >= analyze_at:
-                out.print(f"the chunks grew {growth:.1%} since the last analyze: analyzing", highlight=False)
-                t0 = time.perf_counter()
-                with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                              TimeRemainingColumn(), console=err, transient=True) as progress:
-                    lists = _analyze(gk, progress, reindex_at=reindex_at)
-                out.print(f"sketched {lists} postings list(s) in {time.perf_counter() - t0:.1f} s", highlight=False)
-            if every is None:
-                return
-            time.sleep(every)
+            try:
+                with Groundkit.connect(dsn) as gk:
+                    # (an interrupted merge or analyze rolls back: what it would change stays as it was)
+                    while True:
+                        moved = gk.merge_pending()
+                        if lost:
+                            out.print("connected again", highlight=False)
+                            lost = 0
+                        if every is None or moved:
+                            out.print(f"merged {moved} pending posting(s)")
+                        if analyze_at > 0 and (growth := gk.postings_growth()) >= analyze_at:
+                            out.print(f"the chunks grew {growth:.1%} since the last analyze: analyzing",
+                                      highlight=False)
+                            t0 = time.perf_counter()
+                            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                          TimeRemainingColumn(), console=err, transient=True) as progress:
+                                lists = _analyze(gk, progress, reindex_at=reindex_at)
+                            out.print(f"sketched {lists} postings list(s) in {time.perf_counter() - t0:.1f} s",
+                                      highlight=False)
+                        if every is None:
+                            return
+                        time.sleep(every)
+            except DatabaseUnavailable as exc:
+                if every is None:
+                    raise
+                lost += 1
+                wait = min(every * 2 ** min(lost, 20), MERGER_RETRY_MAX_S)
+                err.print(f"lost the database: {exc.message}; connecting again in {wait:.1f} s", highlight=False)
+                time.sleep(wait)
 
 
 @app.command()
