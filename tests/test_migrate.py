@@ -178,3 +178,38 @@ def test_migrate_replaces_a_helper_whose_outputs_changed(dsn: str) -> None:
         assert all(r[1][-3:] == ["ids", "known", "dls"] for r in rows), rows
         assert conn.execute("select * from groundkit._merged_read('{}', '{}', '{0}', 0.9, 0.4, 20.0, 0, 1.0, '{}',"
                             " '{}', '{}')").fetchone() == ([], [], [])
+
+
+def test_revision_0010_repairs_a_reference_that_is_not_a_number(empty_dsn: str) -> None:
+    """Before revision 0010, reindex_impacts('NaN') stored NaN as the impacts' reference length
+    (the check `avgdl_ref > 0` let it through: Postgres sorts NaN above every number), and every
+    impact with it. 0010 forbids that; a database holding one must still migrate, with its
+    impacts recomputed at a finite reference, not stop on the new check."""
+    from alembic import command
+
+    from groundkit.migrate import _alembic_config, _engine_connection
+
+    cfg = _alembic_config()
+    with _engine_connection(empty_dsn) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0009")
+        conn.commit()
+    with Groundkit.connect(empty_dsn) as gk:
+        assert gk.conn.execute("select version_num from groundkit.alembic_version").fetchone() == {
+            "version_num": "0009"}
+        gk.put_space("commons")
+        gk.put_member("m", "T1")
+        for i in range(5):
+            gk.put_object(f"o{i}", 1, "board_post", "commons", "T0", "t", f"kiln glaze {'clay ' * i}")
+        gk.merge_pending()
+        gk.conn.execute("update groundkit.bm25_impact set avgdl_ref = 'NaN'")
+        gk.conn.execute("update groundkit.postings set imp = 'NaN'")
+    groundkit.migrate(empty_dsn)
+    with Groundkit.connect(empty_dsn) as gk:
+        row = gk.conn.execute(
+            "select i.avgdl_ref, count(*) filter (where p.imp <>"
+            "       (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real) as wrong,"
+            "       count(*) as n"
+            "  from groundkit.bm25_impact i cross join groundkit.postings p group by i.avgdl_ref").fetchone()
+        assert row is not None and (row["avgdl_ref"], row["wrong"]) == (64.0, 0) and row["n"] > 0
+        assert [h.object_id for h in gk.search("m", "kiln clay", k=2)] == ["o4", "o3"]

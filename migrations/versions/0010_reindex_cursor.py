@@ -19,7 +19,9 @@ interrupted recompute also resumes from it instead of starting over.
 Set only while a recompute is under way or unfinished (``avgdl_ref_min`` not NULL).
 
 Also ``avgdl_ref`` must be finite: the old check (``> 0``) let NaN through, which Postgres sorts
-above every number, and ``reindex_impacts('NaN')`` stored it.
+above every number, and ``reindex_impacts('NaN')`` stored it (and ``'infinity'`` too). A
+database holding one gets its impacts recomputed here at 64 tokens, a new database's reference
+(``analyze`` moves it to the chunks' length later), so that the new check can hold.
 """
 
 from __future__ import annotations
@@ -33,6 +35,22 @@ depends_on = None
 
 
 def upgrade() -> None:
+    # (the impact formula as groundkit._impact has it, spelled out: a revision does not call the
+    # replaceable SQL, which is applied after it)
+    op.execute(
+        """
+do $repair$
+begin
+    if exists (select 1 from groundkit.bm25_impact i where not (i.avgdl_ref < 'infinity'::double precision)) then
+        update groundkit.bm25_impact set avgdl_ref = 64, avgdl_ref_min = null;
+        update groundkit.postings p
+           set imp = (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real
+          from groundkit.bm25_impact i;
+    end if;
+end
+$repair$;
+"""
+    )
     op.execute(
         """
 alter table groundkit.bm25_impact
