@@ -116,6 +116,9 @@ class IndexStatus(_Frozen):
     smallest reference some postings may still be at, which search bounds them all with (and
     ``impact_drift`` counts). ``reindex_pid`` is the backend running that recompute; ``None``
     with ``avgdl_ref_min`` set means it was interrupted (:attr:`reindex_unfinished`).
+    ``reindex_share`` is how far that recompute got, as a share of the postings, estimated from
+    the planner's histogram of their terms (``None`` without a recompute unfinished, or before
+    the postings were analyzed).
     """
 
     chunks: int
@@ -133,6 +136,7 @@ class IndexStatus(_Frozen):
     reindex_pid: int | None
     avgdl: float | None
     impact_drift: float
+    reindex_share: float | None
 
     @property
     def reindex_unfinished(self) -> bool:

@@ -223,7 +223,7 @@ returns table (chunks bigint, pending_postings bigint, analyzed_at timestamptz, 
                sketched_lists bigint, bitted_terms bigint, k1 double precision, b double precision,
                impact_k1 double precision, impact_b double precision, avgdl_ref double precision,
                avgdl_ref_min double precision, reindex_pid integer, avgdl double precision,
-               impact_drift double precision)
+               impact_drift double precision, reindex_share double precision)
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -235,6 +235,23 @@ as $$
            (select count(*) from groundkit.term_bits),
            c.bm25_k1, c.bm25_b, i.k1, i.b, i.avgdl_ref, i.avgdl_ref_min, groundkit._reindex_pid(),
            groundkit._avgdl_max(),
-           groundkit.impact_drift()
+           groundkit.impact_drift(),
+           -- how far an unfinished recompute in steps got, estimated from the planner's
+           -- statistics of the postings' terms as the planner estimates `term <= x`: the most
+           -- common terms' frequencies, plus the rest's share of the histogram (NULL before the
+           -- postings were analyzed)
+           case when i.avgdl_ref_min is null then null
+                when i.reindex_done then 1.0
+                when i.reindex_term is null then 0.0
+                else (select coalesce((select sum(m.f) from unnest(st.most_common_vals::text::text[],
+                                                                   st.most_common_freqs) as m(v, f)
+                                        where m.v <= i.reindex_term), 0)
+                             + (1 - coalesce((select sum(f) from unnest(st.most_common_freqs) as f), 0))
+                               * coalesce((select count(*) filter (where b <= i.reindex_term)::double precision
+                                                  / nullif(count(*), 0)
+                                             from unnest(st.histogram_bounds::text::text[]) as b), 0)
+                        from pg_catalog.pg_stats st
+                       where st.schemaname = 'groundkit' and st.tablename = 'postings'
+                         and st.attname = 'term') end
       from groundkit.config c cross join groundkit.bm25_impact i
 $$;

@@ -337,6 +337,13 @@ def test_a_background_merger_connects_again_after_losing_its_database(dsn: str) 
             _until("the pending part to be merged", lambda: gk.conn.execute(
                 "select count(*) = 0 as empty from groundkit.pending_postings").fetchone() == {"empty": True})
             assert gk.conn.execute("select count(*) as n from groundkit.postings").fetchone() == {"n": 9}
+            # the merger prints after its merge commits: wait for its next merge, so that the
+            # Ctrl-C below does not land between the two (a race of the test, seen once in ten)
+            merged_at = gk.conn.execute("select clock_timestamp() as t").fetchone()
+            assert merged_at is not None
+            _until("the merger's next merge", lambda: gk.conn.execute(
+                "select 1 from pg_stat_activity where application_name = %s and query_start > %s",
+                (name, merged_at["t"])).fetchone())
         finally:
             proc.send_signal(signal.SIGINT)
             stdout, stderr = proc.communicate(timeout=30)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -437,7 +438,14 @@ def test_a_recompute_resumes_where_its_steps_stopped(dsn: str) -> None:
             assert _cursor(gk) == (first[0], first[1], False)
             pid = steps.info.backend_pid
         _wait_gone(gk, pid)
-        assert gk.index_status().reindex_unfinished
+        st = gk.index_status()
+        assert st.reindex_unfinished and st.reindex_share is None  # (the postings were never analyzed)
+        gk.conn.execute("analyze groundkit.postings")
+        st = gk.index_status()
+        assert st.reindex_share is not None and 0 < st.reindex_share < 1  # (300 of n)
+        shown = runner.invoke(app, ["status", "--dsn", dsn])
+        assert shown.exit_code == 0, shown.output
+        assert re.search(r"recompute\s+interrupted \(about \d+% of the postings done\)", shown.output), shown.output
 
         seen: list[int] = []
         rewritten = gk.reindex_impacts(progress=lambda done, total: seen.append(done), step_postings=100)
@@ -445,7 +453,7 @@ def test_a_recompute_resumes_where_its_steps_stopped(dsn: str) -> None:
         assert 0 < rewritten <= n - 300
         st = gk.index_status()
         assert st.avgdl_ref == pytest.approx(1.3 * fitted) and st.avgdl_ref_min is None
-        assert _stored_imps_fit(gk) and _cursor(gk) == (None, None, False)
+        assert _stored_imps_fit(gk) and _cursor(gk) == (None, None, False) and st.reindex_share is None
         assert _answers(gk) == before
 
         with psycopg.connect(dsn, autocommit=True) as steps:

@@ -338,6 +338,8 @@ def status(
     if st.avgdl_ref_min is not None:
         where = (f"under way in backend {st.reindex_pid}" if st.reindex_pid is not None
                  else "interrupted")
+        if st.reindex_share is not None:
+            where += f" (about {st.reindex_share:.0%} of the postings done)"
         out.print(f"recompute         {where}: some postings may still be at reference length "
                   f"{st.avgdl_ref_min:.1f}, which search bounds them all with", highlight=False)
     if st.reindex_unfinished:
