@@ -190,26 +190,21 @@ def test_revision_0010_repairs_a_reference_that_is_not_a_number(empty_dsn: str) 
     from groundkit.migrate import _alembic_config, _engine_connection
 
     cfg = _alembic_config()
+    cfg.attributes["revisions_only"] = True  # (today's functions need revision 0010's columns)
     with _engine_connection(empty_dsn) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, "0009")
         conn.commit()
-    with Groundkit.connect(empty_dsn) as gk:
-        assert gk.conn.execute("select version_num from groundkit.alembic_version").fetchone() == {
-            "version_num": "0009"}
-        gk.put_space("commons")
-        gk.put_member("m", "T1")
-        for i in range(5):
-            gk.put_object(f"o{i}", 1, "board_post", "commons", "T0", "t", f"kiln glaze {'clay ' * i}")
-        gk.merge_pending()
-        gk.conn.execute("update groundkit.bm25_impact set avgdl_ref = 'NaN'")
-        gk.conn.execute("update groundkit.postings set imp = 'NaN'")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        assert conn.execute("select version_num from groundkit.alembic_version").fetchone() == ("0009",)
+        conn.execute("update groundkit.bm25_impact set avgdl_ref = 'NaN'")
+        conn.execute("insert into groundkit.postings (term, chunk_id, tf, doc_len, vis_key, imp)"
+                     " select 'kiln', i, 1 + i % 3, 10 * i, 0, 'NaN' from generate_series(1, 20) i")
     groundkit.migrate(empty_dsn)
-    with Groundkit.connect(empty_dsn) as gk:
-        row = gk.conn.execute(
+    with psycopg.connect(empty_dsn) as conn:
+        row = conn.execute(
             "select i.avgdl_ref, count(*) filter (where p.imp <>"
             "       (p.tf / (p.tf + i.k1 * (1 - i.b + i.b * p.doc_len / i.avgdl_ref)))::real) as wrong,"
             "       count(*) as n"
             "  from groundkit.bm25_impact i cross join groundkit.postings p group by i.avgdl_ref").fetchone()
-        assert row is not None and (row["avgdl_ref"], row["wrong"]) == (64.0, 0) and row["n"] > 0
-        assert [h.object_id for h in gk.search("m", "kiln clay", k=2)] == ["o4", "o3"]
+        assert row == (64.0, 0, 20)
