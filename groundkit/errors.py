@@ -112,11 +112,10 @@ def from_psycopg(exc: psycopg.Error) -> GroundkitError:
     message = diag.message_primary or str(exc)
     if diag.message_hint:
         message = f"{message} (hint: {diag.message_hint})"
-    if isinstance(exc, psycopg.OperationalError) and state is None:
-        return DatabaseUnavailable(scrub(message))
-    # the connection failed or the server ended the session (shutdown, crash, terminated, not
-    # accepting connections yet): the database went away
-    if state is not None and (state.startswith("08") or state in _SERVER_GONE):
+    # no connection (libpq gives no SQLSTATE then), the connection failed, or the server ended
+    # the session (shutdown, crash, terminated, not accepting connections yet)
+    if (state is None and isinstance(exc, psycopg.OperationalError)) or (
+            state is not None and (state.startswith("08") or state in _SERVER_GONE)):
         return DatabaseUnavailable(scrub(message), sqlstate=state)
     if state == "42P01" or state == "42883" or state == "3F000":
         return MigrationError(
