@@ -439,7 +439,7 @@ class GoldenRun:
         stats_only = bool(residue) and all(t == "groundkit.term_stats" for t, _, _ in residue) and \
             _zero_df_only(self.admin, lexemes)
         problems = [f"{table} still contains {needle!r} ({n} rows)" for table, needle, n in residue]
-        todo = ("sql/040_index.sql leaves df=0 rows in term_stats for removed terms, so the redacted text's "
+        todo = ("sql/040_materialize.sql leaves df=0 rows in term_stats for removed terms, so the redacted text's "
                 "lexemes stay readable to the schema owner (not to readers); reported to the BM25 rewrite"
                 ) if stats_only else None
         self.tap.check(not residue, f"{self.label}no lexeme of the redacted text is left in any groundkit table"
