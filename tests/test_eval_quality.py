@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from groundkit.cli import app
-from groundkit.evals.quality import run_quality
+from groundkit.quality.harness import run_quality
 
 DOCS = [
     ("d1", "Dovetail joints", "Hand-cut dovetails for drawer boxes in walnut."),

@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-from groundkit.evals.arms import ArmResult, bm25s_arm, fts5_arm, tantivy_arm
-from groundkit.evals.datasets import Collection, load_collection
-from groundkit.evals.metrics import METRIC_KEYS, evaluate
+from groundkit.quality.arms import ArmResult, bm25s_arm, fts5_arm, tantivy_arm
+from groundkit.quality.datasets import Collection, load_collection
+from groundkit.quality.metrics import METRIC_KEYS, evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASETS = REPO.parent / "shared" / "datasets"

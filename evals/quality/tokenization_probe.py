@@ -36,8 +36,8 @@ import numpy.typing as npt
 import psycopg
 from psycopg import sql
 
-from groundkit.evals.datasets import Collection, load_collection
-from groundkit.evals.metrics import evaluate
+from groundkit.quality.datasets import Collection, load_collection
+from groundkit.quality.metrics import evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_DATASETS = REPO.parent / "shared" / "datasets"
@@ -299,7 +299,7 @@ def self_check(collection: Collection) -> dict[str, float]:
 
     Returns the absolute metric differences; they are 0 up to float32 ties when the BM25 here is right.
     """
-    from groundkit.evals.arms import bm25s_arm
+    from groundkit.quality.arms import bm25s_arm
 
     tokenization = importlib.import_module("bm25s.tokenization")
     stemmer = importlib.import_module("Stemmer").Stemmer("english")

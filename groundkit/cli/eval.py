@@ -32,7 +32,7 @@ def quality(
     dsn: DsnOption = None,
 ) -> None:
     """nDCG@10, recall@10, recall@100 and MRR@10 of groundkit and reference BM25 engines."""
-    from groundkit.evals.quality import ALL_ARMS, run_quality
+    from groundkit.quality.harness import ALL_ARMS, run_quality
 
     arms = tuple(arm or ALL_ARMS)
     unknown = [a for a in arms if a not in ALL_ARMS]

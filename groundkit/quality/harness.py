@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
 from groundkit.databases import fresh_database
-from groundkit.evals.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
-from groundkit.evals.datasets import Collection, load_collection
-from groundkit.evals.metrics import evaluate
 from groundkit.models import ContentObject
+from groundkit.quality.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
+from groundkit.quality.datasets import Collection, load_collection
+from groundkit.quality.metrics import evaluate
 
 DATABASE: Final = "groundkit_eval_quality"
 READER: Final = "evaluator"
