@@ -7,8 +7,8 @@ import io
 import pytest
 
 from groundkit import Groundkit, InvalidArgument, UnknownContentType
-from groundkit.evals import bad_input
-from groundkit.evals.tap import Tap
+from groundkit.gate import bad_input
+from groundkit.gate.tap import Tap
 
 
 def test_every_bad_input_is_rejected_clearly_and_changes_nothing(dsn: str) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from groundkit.cli import app
-from groundkit.evals.quality import run_quality
+from groundkit.quality.harness import run_quality
+from groundkit.quality.reference import REFERENCE_ARMS, run_reference
 
 DOCS = [
     ("d1", "Dovetail joints", "Hand-cut dovetails for drawer boxes in walnut."),
@@ -57,3 +58,28 @@ def test_cli_json_output(server_dsn: str, tmp_path: Path) -> None:
     bad = CliRunner().invoke(app, ["eval", "quality", "--dataset", str(dataset), "--arm", "lucene",
                                    "--dsn", server_dsn])
     assert bad.exit_code == 1 and "unknown arm 'lucene'" in bad.output
+
+
+def test_reference_check_compares_known_numbers(tmp_path: Path) -> None:
+    """--reference runs the reference engines only (no database) and judges them where numbers are known."""
+    unknown = _write_beir(tmp_path / "tiny")
+    result = CliRunner().invoke(app, ["eval", "quality", "--dataset", str(unknown), "--reference", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [r["arm"] for r in rows] == list(REFERENCE_ARMS)
+    assert all(r["within"] is None and r["known_ndcg@10"] is None for r in rows)
+
+    # Named as a collection with known numbers, the tiny one is far off them: the check fails.
+    known = _write_beir(tmp_path / "beir-scifact")
+    result = CliRunner().invoke(app, ["eval", "quality", "--dataset", str(known), "--reference", "--json"])
+    assert result.exit_code == 1
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert {r["arm"]: r["within"] for r in rows} == {
+        "bm25s k1 0.9 b 0.4": False, "bm25s k1 1.2 b 0.75": False, "tantivy": False, "fts5": None}
+    assert "off their known numbers" in result.stderr
+
+    loose = run_reference(known, tolerance=1.0)
+    assert [r.within for r in loose] == [True, True, True, None]
+
+    both = CliRunner().invoke(app, ["eval", "quality", "--dataset", str(known), "--reference", "--arm", "fts5"])
+    assert both.exit_code == 1 and "takes no --arm" in both.output

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from groundkit.evals.arms import ArmResult, bm25s_arm, fts5_arm, query_terms, tantivy_arm
-from groundkit.evals.datasets import (
+from groundkit.quality.arms import ArmResult, bm25s_arm, fts5_arm, query_terms, tantivy_arm
+from groundkit.quality.datasets import (
     CRANFIELD_GAINS,
     Collection,
     CollectionFormatError,
@@ -180,7 +180,7 @@ def test_load_collection_detects_the_layout(beir_dir: Path, cranfield_dir: Path,
 
 def test_metrics_hand_computed() -> None:
     pytest.importorskip("ir_measures")
-    from groundkit.evals.metrics import evaluate, per_query
+    from groundkit.quality.metrics import evaluate, per_query
 
     qrels = {"q1": {"a": 2, "b": 1, "c": 0}, "q2": {"x": 1}}
     # q1 ranks: a (gain 2) at 1, n (unjudged) at 2, b (gain 1) at 3. q2 is absent from the run.
@@ -202,7 +202,7 @@ def test_metrics_hand_computed() -> None:
 
 def test_metrics_cutoffs() -> None:
     pytest.importorskip("ir_measures")
-    from groundkit.evals.metrics import evaluate
+    from groundkit.quality.metrics import evaluate
 
     qrels = {"q": {"rel": 1, "rel2": 1}}
     # "rel" at rank 11 and "rel2" at rank 101: outside every cutoff but recall@100's for "rel".

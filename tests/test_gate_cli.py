@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from groundkit.cli.eval_gate import app as eval_app
 from groundkit.client import Groundkit
-from groundkit.evals import gate as gate_mod
-from groundkit.evals.golden import Hit, Searcher, real_searcher
+from groundkit.gate import runner as gate_mod
+from groundkit.gate.golden import Hit, Searcher, real_searcher
 
 HEAVY = ["--skip", "faults", "--skip", "concurrency"]  # covered by tests/test_gate_concurrency.py
 

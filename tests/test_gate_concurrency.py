@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 
-from groundkit.evals import concurrency, faults
-from groundkit.evals.tap import Tap
+from groundkit.gate import concurrency, faults
+from groundkit.gate.tap import Tap
 
 
 def test_concurrent_writers_and_readers_never_leak(dsn: str) -> None:

@@ -10,10 +10,10 @@ import pytest
 from psycopg.rows import dict_row
 
 from groundkit import Groundkit
-from groundkit.evals import planted
-from groundkit.evals.golden import GoldenRun, load_golden, load_grid, real_searcher, render_grid
-from groundkit.evals.model import Model
-from groundkit.evals.tap import Tap
+from groundkit.gate import planted
+from groundkit.gate.golden import GoldenRun, load_golden, load_grid, real_searcher, render_grid
+from groundkit.gate.model import Model
+from groundkit.gate.tap import Tap
 
 
 def _model_of_golden() -> Model:
@@ -38,7 +38,7 @@ def test_expected_grid_covers_every_reader_and_object_and_agrees_with_the_rules(
     model = _model_of_golden()
     disagree = [(r, o) for (r, o), v in grid.items() if model.visible(r, o) != v]
     assert disagree == []
-    text = resources.files("groundkit.evals.permission").joinpath("grid.txt").read_text(encoding="utf-8")
+    text = resources.files("groundkit.gate").joinpath("data/grid.txt").read_text(encoding="utf-8")
     body = "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
     assert body == render_grid(readers, objects, grid)  # the file is in canonical form
 

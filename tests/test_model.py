@@ -11,8 +11,8 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from groundkit.evals import stateful
-from groundkit.evals.model import Model, ModelError
+from groundkit.gate import stateful
+from groundkit.gate.model import Model, ModelError
 
 _n = itertools.count()
 

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from groundkit import Groundkit
-from groundkit.evals.integrity import structure_problems
+from groundkit.gate.integrity import structure_problems
 from tests.conftest import waits_for_commit
 
 Raw = psycopg.Connection[tuple[Any, ...]]

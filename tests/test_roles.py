@@ -9,8 +9,8 @@ import pytest
 from psycopg.rows import dict_row
 
 import groundkit
-from groundkit.evals import roles
-from groundkit.evals.tap import Tap
+from groundkit.gate import roles
+from groundkit.gate.tap import Tap
 
 
 def test_privilege_grid_matches_expected_file(dsn: str) -> None:

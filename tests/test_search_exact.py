@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from psycopg.conninfo import make_conninfo
 
 from groundkit import Groundkit
-from groundkit.evals import roles
+from groundkit.gate import roles
 from tests.conftest import drop_database, fresh_database
 
 VOCAB = ["amber", "basalt", "cedar", "dune", "ember", "fjord", "granite", "harbor", "island", "juniper",

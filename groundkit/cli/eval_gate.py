@@ -14,7 +14,7 @@ import typer
 from groundkit.cli._common import DsnOption, err, handle_errors
 from groundkit.config import Settings
 from groundkit.errors import InvalidArgument
-from groundkit.evals.gate import SECTIONS, GateOptions, run_gate
+from groundkit.gate.runner import SECTIONS, GateOptions, run_gate
 
 app = typer.Typer(help="Evaluations: the permission gate.", no_args_is_help=True,
                   rich_markup_mode="markdown")

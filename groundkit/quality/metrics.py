@@ -39,7 +39,7 @@ def _ir_measures() -> ModuleType:
         return importlib.import_module("ir_measures")
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "groundkit.evals.metrics needs the 'ir-measures' package: pip install 'groundkit[eval]'"
+            "groundkit.quality.metrics needs the 'ir-measures' package: pip install 'groundkit[eval]'"
         ) from exc
 
 

@@ -4,7 +4,7 @@ Two halves, in the style of pgai's privilege tests:
 
 - the catalog: every privilege PUBLIC, ``groundkit_reader`` and ``groundkit_writer`` hold on
   the schema and anything in it, who owns what, and which functions are SECURITY DEFINER, as
-  a grid compared with ``evals/permission/privileges.txt``, which also lists the functions
+  a grid compared with ``groundkit/gate/data/privileges.txt``, which also lists the functions
   that do not pin ``search_path`` (the inlined SQL helpers, and nothing else);
 - the behaviour: non-superuser login roles that are members of those roles connect and try
   both doors. Direct table access is denied; the functions work.
@@ -27,8 +27,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
-from groundkit.evals.dbs import GateDatabases, connect_dict
-from groundkit.evals.tap import Counts, Tap
+from groundkit.gate.tap import Counts, Tap
+from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 # Every table and view of the schema, read from the catalog when the check runs, so that a new
 # table cannot be left out of it.
@@ -91,7 +91,7 @@ def privilege_grid(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 def expected_grid() -> list[str]:
-    text = resources.files("groundkit.evals.permission").joinpath("privileges.txt").read_text(encoding="utf-8")
+    text = resources.files("groundkit.gate").joinpath("data/privileges.txt").read_text(encoding="utf-8")
     return sorted(line.strip() for line in text.splitlines() if line.strip() and not line.startswith("#"))
 
 

@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
 from groundkit.databases import fresh_database
-from groundkit.evals.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
-from groundkit.evals.datasets import Collection, load_collection
-from groundkit.evals.metrics import evaluate
 from groundkit.models import ContentObject
+from groundkit.quality.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
+from groundkit.quality.datasets import Collection, load_collection
+from groundkit.quality.metrics import evaluate
 
 DATABASE: Final = "groundkit_eval_quality"
 READER: Final = "evaluator"
@@ -173,12 +173,14 @@ def run_quality(
                 if skipped is None:
                     raise
                 skipped(arm, str(exc))
-    rows = []
-    for result in results:
-        metrics = evaluate(collection.qrels, result.run)
-        n = len(collection.queries)
-        rows.append(QualityRow.model_validate({
-            "dataset": collection.name, "arm": result.arm, **metrics, "queries": n,
-            "ms_per_query": 1000.0 * result.query_seconds / n if n else 0.0,
-        }))
-    return rows
+    return [score(collection, result) for result in results]
+
+
+def score(collection: Collection, result: ArmResult, arm: str | None = None) -> QualityRow:
+    """The metrics of one arm's run on ``collection`` (labelled ``arm``, else the run's own name)."""
+    metrics = evaluate(collection.qrels, result.run)
+    n = len(collection.queries)
+    return QualityRow.model_validate({
+        "dataset": collection.name, "arm": arm or result.arm, **metrics, "queries": n,
+        "ms_per_query": 1000.0 * result.query_seconds / n if n else 0.0,
+    })

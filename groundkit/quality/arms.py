@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Final
 
-from groundkit.evals.datasets import Collection, Doc
+from groundkit.quality.datasets import Collection, Doc
 
 __all__ = [
     "ARMS",

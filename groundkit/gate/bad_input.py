@@ -18,8 +18,8 @@ import psycopg
 
 from groundkit.client import Groundkit
 from groundkit.errors import GroundkitError, InvalidArgument, MigrationError, VersionConflict
-from groundkit.evals.dbs import GateDatabases, connect_dict
-from groundkit.evals.tap import Counts, Tap
+from groundkit.gate.tap import Counts, Tap
+from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 INJECTIONS = (
     "x'); drop table groundkit.content_log; --",

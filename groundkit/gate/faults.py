@@ -14,7 +14,7 @@ the tables before it. Then:
   its new version.
 
 After each: no partial chunks, no orphan postings, no log row without its views
-(:mod:`groundkit.evals.integrity`), and the derived state equals a rebuild from the log.
+(:mod:`groundkit.gate.integrity`), and the derived state equals a rebuild from the log.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from groundkit.client import Groundkit
-from groundkit.evals.dbs import GateDatabases, connect_dict
-from groundkit.evals.integrity import structure_problems
-from groundkit.evals.tap import Counts, Tap
+from groundkit.gate.integrity import structure_problems
+from groundkit.gate.tap import Counts, Tap
+from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 TABLES = ("objects", "content_log", "chunks", "postings", "pending_postings", "term_stats", "scope_stats")
 OPS = ("put", "retier", "delete", "redact")

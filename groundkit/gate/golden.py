@@ -1,7 +1,7 @@
 """The golden permission set: fixtures (TOML), the expected grid, and the runner.
 
 The runner writes the golden world through the real write API, keeps the pure model
-(:mod:`groundkit.evals.model`) in step with every write, and asks a :class:`Searcher` (the real
+(:mod:`groundkit.gate.model`) in step with every write, and asks a :class:`Searcher` (the real
 ``groundkit.search``, or a planted broken variant) what each reader sees. Every hit of every
 search is judged against the model, not only the hits a query names.
 """
@@ -22,8 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from groundkit.client import Groundkit
 from groundkit.errors import GroundkitError
-from groundkit.evals.model import Model, ModelError
-from groundkit.evals.tap import Counts, Tap
+from groundkit.gate.model import Model, ModelError
+from groundkit.gate.tap import Counts, Tap
 
 # -- fixtures -------------------------------------------------------------------------------
 
@@ -155,7 +155,7 @@ class Golden(_Strict):
 
 def load_golden(text: str | None = None) -> Golden:
     if text is None:
-        text = resources.files("groundkit.evals.permission").joinpath("golden.toml").read_text(encoding="utf-8")
+        text = resources.files("groundkit.gate").joinpath("data/golden.toml").read_text(encoding="utf-8")
     return Golden.model_validate(tomllib.loads(text))
 
 
@@ -167,7 +167,7 @@ Grid = dict[tuple[str, str], bool]
 def load_grid(text: str | None = None) -> tuple[list[str], list[str], Grid]:
     """Parse grid.txt: a header ``object <reader>...`` then one row per object of ``x``/``.``."""
     if text is None:
-        text = resources.files("groundkit.evals.permission").joinpath("grid.txt").read_text(encoding="utf-8")
+        text = resources.files("groundkit.gate").joinpath("data/grid.txt").read_text(encoding="utf-8")
     rows = [shlex.split(line) for line in text.splitlines() if line.strip() and not line.startswith("#")]
     header, body = rows[0], rows[1:]
     if header[0] != "object":

@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 
 from groundkit.client import Groundkit
 from groundkit.errors import GroundkitError
-from groundkit.evals.model import CONTENT_TYPES, STATUSES, Model, ModelError
+from groundkit.gate.model import CONTENT_TYPES, STATUSES, Model, ModelError
 
 MEMBERS = ("m0", "m1", "m2", "m3")
 READERS = (*MEMBERS, "ghost")
@@ -191,7 +191,7 @@ def run(new_db: Callable[[], str], drop_db: Callable[[str], None], *, examples: 
 
 def run_section(dbs: Any, tap: Any, opts: Any) -> None:
     """The gate's ``model`` section (dbs: GateDatabases, tap: Tap, opts: GateOptions)."""
-    from groundkit.evals.tap import Counts
+    from groundkit.gate.tap import Counts
 
     stats, failure = run(dbs.clone, dbs.drop, examples=opts.examples, max_steps=opts.max_steps, shrink=False)
     counts = Counts()

@@ -36,10 +36,10 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from groundkit.client import Groundkit
-from groundkit.evals.dbs import GateDatabases, connect_dict
-from groundkit.evals.integrity import derived_lines, diff_lines
-from groundkit.evals.model import Model, ModelError
-from groundkit.evals.tap import Counts, Tap
+from groundkit.gate.integrity import derived_lines, diff_lines
+from groundkit.gate.model import Model, ModelError
+from groundkit.gate.tap import Counts, Tap
+from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 MEMBERS = ("c0", "c1", "c2", "c3", "c4")
 READERS = (*MEMBERS, "ghost")

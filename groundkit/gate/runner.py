@@ -1,10 +1,10 @@
 """``groundkit eval gate``: the permission-leak and staleness gate, run fail-closed.
 
-Sections, each on fresh throwaway databases (:mod:`groundkit.evals.dbs`):
+Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
 
 - ``golden``: the golden permission set: grid vs grid.txt, queries, scenario steps.
 - ``planted``: the golden set against deliberately broken search variants; each must be caught.
-- ``model``: a hypothesis state machine against the pure model (:mod:`groundkit.evals.stateful`).
+- ``model``: a hypothesis state machine against the pure model (:mod:`groundkit.gate.stateful`).
 - ``concurrency``: writers and readers at once, judged at each reader's exact snapshot.
 - ``faults``: backends and clients killed mid-write; every object whole at its old or new version.
 - ``roles``: least privilege: the privilege grid, and non-superuser logins trying both doors.
@@ -23,10 +23,10 @@ from typing import TextIO
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
-from groundkit.evals import planted
-from groundkit.evals.dbs import GateDatabases, connect_dict
-from groundkit.evals.golden import GoldenRun, load_golden, load_grid, real_searcher
-from groundkit.evals.tap import Counts, Tap
+from groundkit.gate import planted
+from groundkit.gate.golden import GoldenRun, load_golden, load_grid, real_searcher
+from groundkit.gate.tap import Counts, Tap
+from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input")
 
@@ -108,12 +108,12 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
         "planted": run_planted,
     }
     try:
-        from groundkit.evals import stateful
+        from groundkit.gate import stateful
 
         runners["model"] = stateful.run_section
     except ImportError:
         pass
-    from groundkit.evals import bad_input, concurrency, faults, roles
+    from groundkit.gate import bad_input, concurrency, faults, roles
 
     runners["concurrency"] = concurrency.run_section
     runners["faults"] = faults.run_section

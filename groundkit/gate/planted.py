@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from groundkit.evals.golden import Hit, Searcher
+from groundkit.gate.golden import Hit, Searcher
 
 SCHEMA = "gk_planted"
 

@@ -1,1 +1,0 @@
-"""The golden permission set (TOML fixtures), shipped as package data."""

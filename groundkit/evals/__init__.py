@@ -1,1 +1,0 @@
-"""Retrieval-quality evaluation: test-collection loaders, trec_eval metrics and reference BM25 arms."""
