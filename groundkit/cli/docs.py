@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import typer
 import typer.core
@@ -52,8 +53,8 @@ EXAMPLES: dict[str, str] = {
 }
 
 
-def _commands(group: typer.core.TyperGroup, ctx: typer.Context, prefix: str = "",
-              ) -> Iterator[tuple[str, typer.Context]]:
+# (contexts are typed Any: they are click's, which typer vendors in some versions and not others)
+def _commands(group: typer.core.TyperGroup, ctx: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     for name in group.list_commands(ctx):
         cmd = group.get_command(ctx, name)
         if cmd is None or cmd.hidden:
@@ -65,7 +66,7 @@ def _commands(group: typer.core.TyperGroup, ctx: typer.Context, prefix: str = ""
             yield f"{prefix}{name}", sub
 
 
-def _plain_help(ctx: typer.Context) -> str:
+def _plain_help(ctx: Any) -> str:
     cmd = ctx.command
     mode = getattr(cmd, "rich_markup_mode", None)
     cmd.rich_markup_mode = None  # type: ignore[attr-defined]
