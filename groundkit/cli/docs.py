@@ -69,11 +69,11 @@ def _commands(group: typer.core.TyperGroup, ctx: Any, prefix: str = "") -> Itera
 def _plain_help(ctx: Any) -> str:
     cmd = ctx.command
     mode = getattr(cmd, "rich_markup_mode", None)
-    cmd.rich_markup_mode = None  # type: ignore[attr-defined]
+    cmd.rich_markup_mode = None  # (typer then renders with click's plain formatter)
     try:
-        return cmd.get_help(ctx).rstrip()
+        return str(cmd.get_help(ctx)).rstrip()
     finally:
-        cmd.rich_markup_mode = mode  # type: ignore[attr-defined]
+        cmd.rich_markup_mode = mode
 
 
 def render() -> str:
