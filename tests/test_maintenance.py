@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -300,3 +302,20 @@ def test_revision_0012_keeps_an_analyzed_database_analyzed(empty_dsn: str) -> No
     groundkit.migrate(empty_dsn)
     with Groundkit.connect(empty_dsn) as gk:
         assert _count(gk, "postings_analyzed") == 1
+
+
+def test_the_pg_cron_schedule_in_the_docs_does_what_the_worker_does(dsn: str) -> None:
+    """The job bodies docs/operations.md schedules with pg_cron, run as pg_cron runs them (each
+    command string one transaction, VACUUM alone): afterwards nothing is due and nothing pending."""
+    page = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    jobs = re.findall(r"cron\.schedule\('([^']+)', '[^']+', \$\$(.*?)\$\$\)", page, flags=re.DOTALL)
+    assert [name for name, _ in jobs] == ["groundkit-merge", "groundkit-analyze", "groundkit-reindex",
+                                          "groundkit-vacuum"]
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        _write(gk, range(20))
+        assert {d.job for d in gk.due()} == {"reindex", "analyze"} and _count(gk, "pending_postings")
+        with psycopg.connect(dsn, autocommit=True) as cron:
+            for _name, body in jobs:
+                cron.execute(body.encode())
+        assert gk.due() == () and _count(gk, "pending_postings") == 0
