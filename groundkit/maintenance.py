@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 from psycopg.types.json import Jsonb
 
 from groundkit.errors import DatabaseUnavailable, GroundkitError
-from groundkit.models import Due, MaintenanceReport, MaintenanceStep
+from groundkit.models import Due, IndexStatus, MaintenanceReport, MaintenanceStep
 
 if TYPE_CHECKING:
     from groundkit.admin import Admin
@@ -119,6 +119,19 @@ def maintain(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: f
 
         run("vacuum", ", ".join(tables), vacuum_all)
     return MaintenanceReport(started_at=started_at, seconds=round(time.perf_counter() - t0, 3), steps=tuple(steps))
+
+
+def early_reindex(gk: Admin, chunks_before: int, *, reindex_at: float = REINDEX_DRIFT) -> IndexStatus | None:
+    """For a large load, once it has written :data:`EARLY_REINDEX_OBJECTS` objects: the index's
+    status if the load has at least doubled the chunks there were before it (``chunks_before``)
+    and the impacts' reference length is off by ``reindex_at`` (0: never), in which case
+    recompute them now (:meth:`~groundkit.Groundkit.reindex_impacts`) so that the rest of the
+    load is written at the right one; ``None`` otherwise. (The pending part keeps tf and lengths
+    only: a later merge computes its impacts at the new reference, so it is not merged first.)"""
+    if reindex_at <= 0:
+        return None
+    st = gk.index_status()
+    return st if st.chunks >= 2 * chunks_before and st.impact_drift >= reindex_at else None
 
 
 def reconnect_wait(every: float, lost: int) -> float:

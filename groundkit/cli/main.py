@@ -192,10 +192,7 @@ def ingest(
             done += len(group)
             progress.advance(task, len(group))
             if chunks_before is not None and counts.get("applied", 0) >= EARLY_REINDEX_OBJECTS:
-                st = gk.index_status()
-                if st.chunks >= 2 * chunks_before and st.impact_drift >= reindex_at:
-                    # (the pending part keeps tf and lengths only: a later merge computes its
-                    # impacts at the new reference, so it is not merged first to be rewritten)
+                if (st := maintenance.early_reindex(gk, chunks_before, reindex_at=reindex_at)) is not None:
                     _reindex(gk, progress, st)
                 chunks_before = None
         sketched = None
