@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 from psycopg.types.json import Jsonb
 
 from groundkit.errors import DatabaseUnavailable, GroundkitError
-from groundkit.models import Due, IndexStatus, MaintenanceReport, MaintenanceStep
+from groundkit.models import Due, IndexStatus, MaintenanceReport, MaintenanceStep, StepName
 
 if TYPE_CHECKING:
     from groundkit.admin import Admin
@@ -83,11 +83,10 @@ def maintain(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: f
     steps: list[MaintenanceStep] = []
     vacuum = gk._outside_transaction()
 
-    def run(name: str, reason: str, work: Callable[[], int]) -> int:
+    def run(name: StepName, reason: str, work: Callable[[], int]) -> int:
         t = time.perf_counter()
         count = work()
-        steps.append(MaintenanceStep(name=name, reason=reason,  # type: ignore[arg-type]
-                                     count=count, seconds=round(time.perf_counter() - t, 3)))
+        steps.append(MaintenanceStep(name=name, reason=reason, count=count, seconds=round(time.perf_counter() - t, 3)))
         return count
 
     def report(step: str) -> Callable[[int, int], None] | None:
@@ -99,7 +98,7 @@ def maintain(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: f
     reindex = [d.reason for d in todo if d.job == "reindex"]
     if reindex:
         # (first: the pending part is merged at the new reference rather than rewritten after;
-        # reindex_impacts() vacuums the postings itself on an autocommit connection)
+        # reindex_impacts() vacuums the postings itself outside a transaction, in this step)
         run("reindex", "; ".join(reindex), lambda: gk.reindex_impacts(progress=report("reindex")))
     merged = run("merge", "every pass", gk.merge_pending)
     analyze = [d.reason for d in todo if d.job == "analyze"]
@@ -199,7 +198,8 @@ class Heartbeat:
             "       (worker_id, host, pid, started_at, beat_at, last_run_at, last_result, last_error)"
             " values (%(id)s, %(host)s, %(pid)s, %(started)s, now(), %(run_at)s, %(result)s, %(error)s)"
             " on conflict (worker_id) do update"
-            "   set beat_at = now(),"
+            "   set host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,"
+            "       beat_at = now(),"
             "       last_run_at = coalesce(excluded.last_run_at, h.last_run_at),"
             "       last_result = coalesce(excluded.last_result, h.last_result),"
             "       last_error = case when excluded.last_run_at is not null then null"

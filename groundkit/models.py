@@ -163,12 +163,15 @@ class Due(_Frozen):
     reason: str
 
 
+StepName = Literal["reindex", "merge", "analyze", "vacuum"]
+
+
 class MaintenanceStep(_Frozen):
     """One step of a maintenance pass. ``count`` is what the step reports: postings rewritten
-    (``reindex``), postings merged (``merge``), lists sketched (``analyze``), tables vacuumed
-    (``vacuum``)."""
+    (``reindex``, its vacuum of the postings included), postings merged (``merge``), lists
+    sketched (``analyze``), tables vacuumed (``vacuum``)."""
 
-    name: Literal["reindex", "merge", "analyze", "vacuum"]
+    name: StepName
     reason: str
     count: int
     seconds: float

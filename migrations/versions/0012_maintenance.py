@@ -51,11 +51,14 @@ alter table groundkit.postings set (autovacuum_vacuum_insert_scale_factor = 0.01
                                     autovacuum_analyze_scale_factor = 0.02);
 -- Emptied by every merge and refilled by every one-object write, so its size swings between
 -- none and some hundred thousand rows: vacuum and analyze after a fixed number of rows changed,
--- not a share of whatever it holds at the moment (every search reads it).
+-- not a share of whatever it holds at the moment (every search reads it). Its empty pages are
+-- kept: they refill, and giving them back takes a lock every search and writer would queue
+-- behind.
 alter table groundkit.pending_postings set (autovacuum_vacuum_scale_factor = 0,
                                             autovacuum_vacuum_threshold = 20000,
                                             autovacuum_analyze_scale_factor = 0,
-                                            autovacuum_analyze_threshold = 20000);
+                                            autovacuum_analyze_threshold = 20000,
+                                            vacuum_truncate = false);
 -- Counters updated in place by writers and merges: dead rows accumulate fast.
 alter table groundkit.term_stats set (autovacuum_vacuum_scale_factor = 0.02);
 -- One row per chunk, read by every search's hits; insert-mostly (replacements delete).
