@@ -17,6 +17,7 @@ what is due live in SQL (``groundkit.maintenance_due()``), so a pg_cron schedule
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import socket
 import time
@@ -26,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from groundkit.errors import DatabaseUnavailable, GroundkitError
+from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument
 from groundkit.models import Due, IndexStatus, MaintenanceReport, MaintenanceStep, StepName
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ def due(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH,
         reindex_at: float = REINDEX_DRIFT) -> tuple[Due, ...]:
     """What a maintenance pass does now, and why; ``reindex_at`` or ``analyze_growth`` 0 (or
     less): that job is never due."""
+    for name, value in (("analyze_growth", analyze_growth), ("reindex_at", reindex_at)):
+        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+            raise InvalidArgument(f"{name} must be a number (got {value!r})")
     rows = gk._fetch("select job, reason from groundkit.maintenance_due("
                      "analyze_growth => %(growth)s, reindex_at => %(drift)s)",
                      {"growth": analyze_growth, "drift": reindex_at})

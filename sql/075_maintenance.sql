@@ -22,7 +22,9 @@ as $$
      cross join lateral (values
         (1, 'reindex', case when s.avgdl_ref_min is not null and s.reindex_pid is null
                             then 'the impacts'' recompute was interrupted' end),
-        (2, 'reindex', case when (s.k1, s.b) is distinct from (s.impact_k1, s.impact_b)
+        -- (not while another session recomputes in steps: it is being done, and a second is refused)
+        (2, 'reindex', case when s.reindex_pid is not null then null
+                            when (s.k1, s.b) is distinct from (s.impact_k1, s.impact_b)
                             then 'search is exhaustive until the impacts are recomputed with the new k1 and b'
                             when s.impact_drift >= coalesce(maintenance_due.reindex_at, 1.5)
                             then format('the impacts'' reference length is off by %sx, so search reads more '
