@@ -30,7 +30,7 @@ docs/cli.md`); a test fails when it differs.
 
 # One example per command; a command without one gets none.
 EXAMPLES: dict[str, str] = {
-    "migrate": "$ groundkit migrate\ngroundkit schema at revision 0012; replaceable SQL applied (13 files)",
+    "migrate": "$ groundkit migrate --list   # applied and pending revisions\n$ groundkit migrate",
     "put-member": "$ groundkit put-member ana T2\nmember ana: T2, active",
     "put-space": "$ groundkit put-space studio --min-tier T1 --private\nspace studio: min tier T1, private",
     "ingest": "$ groundkit ingest posts.jsonl --batch 500\n"
