@@ -152,3 +152,60 @@ class IndexStatus(_Frozen):
     def impacts_current(self) -> bool:
         """Whether the impacts were computed with the configured ``k1`` and ``b``."""
         return (self.k1, self.b) == (self.impact_k1, self.impact_b)
+
+
+class Due(_Frozen):
+    """Something a maintenance pass does now (``groundkit.maintenance_due()``): ``job`` is
+    ``reindex`` (recompute the postings' impacts) or ``analyze`` (sketches and term bits);
+    ``reason`` says why, for people."""
+
+    job: Literal["reindex", "analyze"]
+    reason: str
+
+
+StepName = Literal["reindex", "merge", "analyze", "vacuum"]
+
+
+class MaintenanceStep(_Frozen):
+    """One step of a maintenance pass. ``count`` is what the step reports: postings rewritten
+    (``reindex``, its vacuum of the postings included), postings merged (``merge``), lists
+    sketched (``analyze``), tables vacuumed (``vacuum``)."""
+
+    name: StepName
+    reason: str
+    count: int
+    seconds: float
+
+
+class MaintenanceReport(_Frozen):
+    """What one :meth:`groundkit.Groundkit.maintain` pass did, step by step, in order."""
+
+    started_at: datetime
+    seconds: float
+    steps: tuple[MaintenanceStep, ...]
+
+    def step(self, name: str) -> MaintenanceStep | None:
+        """The step called ``name``, if the pass ran it (the first, for ``vacuum``)."""
+        return next((s for s in self.steps if s.name == name), None)
+
+    @property
+    def merged(self) -> int:
+        """Postings the pass merged from the pending part."""
+        merge = self.step("merge")
+        return merge.count if merge is not None else 0
+
+
+class WorkerHeartbeat(_Frozen):
+    """A ``groundkit worker``'s row in ``groundkit.worker_heartbeat``: when it started, last
+    wrote, last finished a pass (and what the pass did), its last error, and when it stopped
+    cleanly (``None`` while it runs, or if it was killed)."""
+
+    worker_id: str
+    host: str
+    pid: int
+    started_at: datetime
+    beat_at: datetime
+    last_run_at: datetime | None
+    last_result: dict[str, Any] | None
+    last_error: str | None
+    stopped_at: datetime | None

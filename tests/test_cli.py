@@ -44,6 +44,21 @@ def test_every_command_has_help_and_is_documented() -> None:
         assert re.search(rf"`groundkit {re.escape(name)}\b", docs), f"`groundkit {name}` missing from docs/cli.md"
 
 
+def test_cli_md_is_generated_from_the_help() -> None:
+    """docs/cli.md is what `python -m groundkit.cli.docs` prints: one section per command with
+    its plain --help (the same at any terminal width) and an example. Regenerate it with
+    `python -m groundkit.cli.docs > docs/cli.md`."""
+    from groundkit.cli import docs
+
+    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
+    assert page == docs.render(), "docs/cli.md is stale: run `python -m groundkit.cli.docs > docs/cli.md`"
+    narrow = subprocess.run([sys.executable, "-m", "groundkit.cli.docs"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "40"}, check=True)
+    assert narrow.stdout == page
+    assert "Usage: groundkit worker [OPTIONS]" in page and "│" not in page and "\x1b[" not in page
+    assert page.count("\n## groundkit ") == len(_commands(app))
+
+
 def test_command_lists_join_wrapped_help_lines() -> None:
     """A command's docstring wraps at the source's line length; its group's command list shows
     that first paragraph as one line on a wide terminal (typer's "rich" markup mode kept the

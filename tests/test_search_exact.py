@@ -219,7 +219,6 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
     for s, m in world["grants"]:
         gk.grant_space(f"s{s}", MEMBERS[m])
     k1, b, ref = world["params"]
-    gk.conn.execute("update groundkit.config set bm25_k1 = %s, bm25_b = %s", (k1, b))
     if isinstance(world["pending"], int):
         gk.conn.execute("update groundkit.config set pending_merge_chunks = %s", (world["pending"],))
     for i, o in enumerate(world["objects"]):
@@ -239,10 +238,10 @@ def _build(gk: Groundkit, world: dict[str, Any]) -> None:
         s, t, priv = world["policy"]
         gk.put_space(f"s{s}", t, private=priv)
     # half of the worlds score with impacts computed for other parameters until reindexed
+    # (set_bm25 recomputes them at the default reference, then at the world's if it has one)
+    gk.conn.execute("select groundkit.set_bm25(%s, %s)", (k1, b))
     if ref is not None:
         gk.conn.execute("select groundkit.reindex_impacts(%s)", (ref,))
-    elif (k1, b) != (0.9, 0.4):
-        gk.conn.execute("select groundkit.reindex_impacts()")
     if world["halfway"] is not None:
         gk.conn.execute("select groundkit._reindex_begin(%s)", (world["halfway"],))
         half = gk.conn.execute("select count(*) / 2 + 1 as n from groundkit.postings").fetchone()

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-import time
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -22,32 +22,18 @@ from rich.progress import (
 )
 
 import groundkit
+from groundkit import maintenance
+from groundkit.cli import config as config_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
-from groundkit.client import REINDEX_DRIFT, Groundkit, resolve_dsn
+from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
+from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
 from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError, InvalidArgument
-from groundkit.models import ContentObject, IndexStatus
-
-ReindexAtOption = Annotated[
-    float,
-    typer.Option(min=0, help="Recompute the postings' stored impacts first (reindex_impacts) once their reference "
-                             "length is off from the chunks' average length by this factor or more, either way "
-                             "(groundkit.impact_drift()), or k1 or b changed; 0 never."),
-]
-
-# The share of new chunks (groundkit.postings_growth()) past which ingest and merge analyze the
-# postings again by default: at 1M chunks a tenth more unanalyzed made the broad reader's p95
-# 1.20x slower (docs/bm25.md, "Analyze after growth").
-ANALYZE_GROWTH = 0.1
-# The longest `merge --every` waits before it connects again after losing the database.
-MERGER_RETRY_MAX_S = 60.0
-# After this many objects, an ingest that wrote at least half the database's chunks recomputes
-# the impacts if their reference length is off (--reindex-at), so that the rest of the load is
-# written at the right one.
-EARLY_REINDEX_OBJECTS = 1000
+from groundkit.maintenance import ANALYZE_GROWTH, EARLY_REINDEX_OBJECTS, REINDEX_DRIFT
+from groundkit.models import ContentObject, IndexStatus, MaintenanceReport, WorkerHeartbeat
 
 app = typer.Typer(
     name="groundkit",
@@ -60,6 +46,7 @@ app = typer.Typer(
 )
 app.add_typer(db_cli.app, name="db")
 app.add_typer(eval_cli.app, name="eval")
+app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
 
 
@@ -165,14 +152,14 @@ def ingest(
                                        help="Objects per transaction (put_objects); 1 writes each object alone.")] = 1,
     analyze: Annotated[bool | None, typer.Option(
         "--analyze/--no-analyze",
-        help="Sketch the postings lists afterwards (groundkit analyze); by default when the load grew "
-             "the chunks by a tenth or more since the last analyze (groundkit.postings_growth()).")] = None,
+        help="Sketch the postings lists afterwards (groundkit analyze); by default when an analyze is due "
+             "(groundkit status): never analyzed, or the chunks grew by a tenth since the last one.")] = None,
     reindex_at: ReindexAtOption = REINDEX_DRIFT,
     dsn: DsnOption = None,
 ) -> None:
     """Write objects from a JSON Lines file, one transaction per object (or per --batch), with
-    progress; then, once the chunks have grown by a tenth since the last analyze, sketch the
-    postings lists for search's planning, as `groundkit analyze` does."""
+    progress; then, when an analyze is due, sketch the postings lists for search's planning, as
+    `groundkit analyze` does."""
     # Two passes over the file, one line at a time: the first checks every line, so that a bad
     # line stops the ingest before anything is written; the second writes. Memory holds one
     # batch, whatever the file's size.
@@ -205,15 +192,12 @@ def ingest(
             done += len(group)
             progress.advance(task, len(group))
             if chunks_before is not None and counts.get("applied", 0) >= EARLY_REINDEX_OBJECTS:
-                st = gk.index_status()
-                if st.chunks >= 2 * chunks_before and st.impact_drift >= reindex_at:
-                    # (the pending part keeps tf and lengths only: a later merge computes its
-                    # impacts at the new reference, so it is not merged first to be rewritten)
+                if (st := maintenance.early_reindex(gk, chunks_before, reindex_at=reindex_at)) is not None:
                     _reindex(gk, progress, st)
                 chunks_before = None
         sketched = None
         written = counts.get("applied", 0)
-        if written and (analyze or (analyze is None and gk.postings_growth() >= ANALYZE_GROWTH)):
+        if written and (analyze or (analyze is None and any(d.job == "analyze" for d in gk.due()))):
             sketched = _analyze(gk, progress, reindex_at=reindex_at)
     out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to ingest")
     if sketched is not None:
@@ -316,13 +300,18 @@ def status(
     dsn: DsnOption = None,
 ) -> None:
     """Show the search index's state: chunks, pending postings, how old the planning statistics
-    are, and whether the postings' impacts fit the configuration and the chunks; says what to
-    run when something is due."""
+    are, whether the postings' impacts fit the configuration and the chunks, when a worker last
+    ran, and what a maintenance pass would do now (due)."""
     with Groundkit.connect(dsn) as gk:
         st = gk.index_status()
+        due = gk.due()
+        workers = gk.workers()
     if as_json:
         # (an infinite drift, k1 or b changed, is null)
-        sys.stdout.write(st.model_dump_json() + "\n")
+        body = json.loads(st.model_dump_json())
+        body["due"] = [d.model_dump() for d in due]
+        body["workers"] = [json.loads(w.model_dump_json()) for w in workers]
+        sys.stdout.write(json.dumps(body) + "\n")
         return
     analyzed = (f"{st.analyzed_at:%Y-%m-%d %H:%M:%S %Z}; the chunks grew {st.growth:.1%} since"
                 if st.analyzed_at is not None else "never")
@@ -342,19 +331,26 @@ def status(
             where += f" (about {st.reindex_share:.0%} of the postings done)"
         out.print(f"recompute         {where}: some postings may still be at reference length "
                   f"{st.avgdl_ref_min:.1f}, which search bounds them all with", highlight=False)
-    if st.reindex_unfinished:
-        out.print("due: the impacts' recompute was interrupted: groundkit analyze resumes it", highlight=False)
-    if not st.impacts_current:
-        out.print("due: search is exhaustive until the impacts are recomputed with the new k1 and b: "
-                  "groundkit analyze", highlight=False)
-    elif st.impact_drift >= REINDEX_DRIFT:
-        out.print(f"due: the impacts' reference length is off by {st.impact_drift:.2f}x, so search reads more "
-                  "than it needs: groundkit analyze recomputes them", highlight=False)
-    if st.analyzed_at is None and st.chunks:
-        out.print("due: the postings were never analyzed: groundkit analyze", highlight=False)
-    elif st.growth >= ANALYZE_GROWTH:
-        out.print(f"due: the chunks grew {st.growth:.1%} since the last analyze: groundkit analyze",
-                  highlight=False)
+    for w in workers or (None,):
+        out.print(f"worker            {_worker_line(w)}", highlight=False)
+    for d in due:
+        out.print(f"due: {d.reason}: the worker's next pass, or groundkit worker --once", highlight=False)
+
+
+def _worker_line(w: WorkerHeartbeat | None) -> str:
+    if w is None:
+        return "none has run (groundkit worker)"
+    now = datetime.now(UTC)
+    line = f"{w.worker_id}, started {w.started_at:%Y-%m-%d %H:%M:%S %Z}"
+    if w.last_run_at is not None:
+        line += f"; last pass {(now - w.last_run_at).total_seconds():.0f} s ago"
+    if w.last_error is not None:
+        line += f"; last error: {w.last_error}"
+    if w.stopped_at is not None:
+        line += f"; stopped {w.stopped_at:%Y-%m-%d %H:%M:%S %Z}"
+    else:
+        line += f"; heard from {(now - w.beat_at).total_seconds():.0f} s ago"
+    return line
 
 
 @app.command()
@@ -363,57 +359,51 @@ def merge(
     every: Annotated[
         float | None,
         typer.Option(min=0.01, max=86_400,
-                     help="Merge again every this many seconds, until interrupted (Ctrl-C)."),
+                     help="Deprecated: run `groundkit worker --every SECONDS` instead (this runs it)."),
     ] = None,
     analyze_at: Annotated[
         float,
-        typer.Option(min=0, help="After a merge, analyze the postings (as groundkit analyze does) once the "
-                                 "chunk ids issued since the last analyze reach this share of the chunks there were "
-                                 "then (groundkit.postings_growth()); 0 never."),
+        typer.Option(min=0, help="Analyze the postings once the chunk ids issued since the last analyze reach "
+                                 "this share of the chunks there were then (groundkit.postings_growth()); 0 never."),
     ] = ANALYZE_GROWTH,
     reindex_at: ReindexAtOption = REINDEX_DRIFT,
     dsn: DsnOption = None,
 ) -> None:
     """Merge the pending part (the postings of objects written one at a time) into the postings
-    and the term statistics, and analyze them again once the chunks have grown by --analyze-at.
-    Writers merge it themselves every config.pending_merge_chunks chunks; with --every, this
-    runs as a background merger on its own connection.
+    and the term statistics now: one maintenance pass, as `groundkit worker --once` runs, which
+    also analyzes after growth and recomputes drifted impacts. Writers merge it themselves every
+    config.pending_merge_chunks chunks.
 
-    With --every it also outlives its database session: when the database goes away (a restart,
-    a failover, a terminated backend) it says so and connects again, waiting longer each time,
-    up to a minute."""
-    lost = 0
-    with contextlib.suppress(KeyboardInterrupt):
-        while True:
-            try:
-                with Groundkit.connect(dsn) as gk:
-                    # (an interrupted merge or analyze rolls back: what it would change stays as it was)
-                    while True:
-                        moved = gk.merge_pending()
-                        if lost:
-                            out.print("connected again", highlight=False)
-                            lost = 0
-                        if every is None or moved:
-                            out.print(f"merged {moved} pending posting(s)")
-                        if analyze_at > 0 and (growth := gk.postings_growth()) >= analyze_at:
-                            out.print(f"the chunks grew {growth:.1%} since the last analyze: analyzing",
-                                      highlight=False)
-                            t0 = time.perf_counter()
-                            with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                          TimeRemainingColumn(), console=err, transient=True) as progress:
-                                lists = _analyze(gk, progress, reindex_at=reindex_at)
-                            out.print(f"sketched {lists} postings list(s) in {time.perf_counter() - t0:.1f} s",
-                                      highlight=False)
-                        if every is None:
-                            return
-                        time.sleep(every)
-            except DatabaseUnavailable as exc:
-                if every is None:
-                    raise
-                lost += 1
-                wait = min(every * 2 ** min(lost, 20), MERGER_RETRY_MAX_S)
-                err.print(f"lost the database: {exc.message}; connecting again in {wait:.1f} s", highlight=False)
-                time.sleep(wait)
+    --every is deprecated: it runs the worker (`groundkit worker --every`), printing each merge."""
+
+    def on_pass(report: MaintenanceReport | None, error: GroundkitError | None) -> None:
+        if error is not None:
+            err.print(f"pass failed: {error.message}", highlight=False)
+            return
+        assert report is not None
+        if every is None or report.merged:
+            out.print(f"merged {report.merged} pending posting(s)")
+        for step in report.steps:
+            if step.name in ("reindex", "analyze"):
+                what = "recomputed the impacts of" if step.name == "reindex" else "sketched"
+                noun = "postings" if step.name == "reindex" else "postings list(s)"
+                out.print(f"{step.reason}: {what} {step.count} {noun} in {step.seconds:.1f} s", highlight=False)
+
+    def on_lost(exc: DatabaseUnavailable, wait: float) -> None:
+        err.print(f"lost the database: {exc.message}; connecting again in {wait:.1f} s", highlight=False)
+
+    def on_connected(gk: Groundkit, again: bool) -> None:
+        if again:
+            out.print("connected again", highlight=False)
+
+    if every is not None:
+        err.print("note: `groundkit merge --every` is deprecated; it runs `groundkit worker`", highlight=False)
+    with contextlib.suppress(KeyboardInterrupt), sigterm_interrupts(), progress_bars() as progress:
+        maintenance.run_worker(dsn, every=every, on_pass=on_pass, on_lost=on_lost, on_connected=on_connected,
+                               progress=step_progress(progress), analyze_growth=analyze_at, reindex_at=reindex_at)
+
+
+app.command("worker")(worker)
 
 
 @app.command()

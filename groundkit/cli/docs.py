@@ -1,0 +1,103 @@
+"""docs/cli.md, generated from each command's ``--help``: ``python -m groundkit.cli.docs >
+docs/cli.md``. tests/test_cli.py fails when the file differs from what this prints, so the page
+cannot drift from the commands. Help is rendered by click's plain formatter (no rich boxes or
+colours) at a fixed width, so the output does not depend on the terminal."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import typer
+import typer.core
+
+WIDTH = 100
+
+INTRO = """\
+# The `groundkit` command line
+
+A thin layer over the Python API. Results go to stdout; progress and errors go to stderr, errors
+as one line with their SQLSTATE, and exit status 1. Every command that talks to a database takes
+`--dsn`; without it `GROUNDKIT_DSN` is used, and without that the embedded PostgreSQL (started on
+first use; `GROUNDKIT_HOME` sets where its data lives). An unknown `GROUNDKIT_*` environment
+variable is an error at startup. Operating a deployment (the worker, status, upgrades, roles):
+[operations.md](operations.md).
+
+This page is generated from each command's `--help` (`python -m groundkit.cli.docs >
+docs/cli.md`); a test fails when it differs.
+"""
+
+# One example per command; a command without one gets none.
+EXAMPLES: dict[str, str] = {
+    "migrate": "$ groundkit migrate --list   # applied and pending revisions\n$ groundkit migrate",
+    "put-member": "$ groundkit put-member ana T2\nmember ana: T2, active",
+    "put-space": "$ groundkit put-space studio --min-tier T1 --private\nspace studio: min tier T1, private",
+    "ingest": "$ groundkit ingest posts.jsonl --batch 500\n"
+              '# one put_object payload per line, e.g.\n'
+              '# {"object_id": "p1", "version": 1, "content_type": "board_post", "space_id": "commons",\n'
+              '#  "tier_visibility": "T0", "title": "Pricing", "body": "How to price a commission"}',
+    "rebuild": "$ groundkit rebuild\nrebuilt 20000 object(s) from the log",
+    "analyze": "$ groundkit analyze --if-grown 0.1",
+    "status": "$ groundkit status --json | jq .due",
+    "merge": "$ groundkit merge\nmerged 4096 pending posting(s)",
+    "worker": "$ groundkit worker --every 60\n$ groundkit worker --once --json",
+    "search": '$ groundkit search --as ana "price a commission" -k 5',
+    "demo": "$ groundkit demo",
+    "db url": "$ export GROUNDKIT_DSN=$(groundkit db url)",
+    "db status": "$ groundkit db status",
+    "db stop": "$ groundkit db stop",
+    "config set-bm25": "$ groundkit config set-bm25 1.2 0.75",
+    "eval quality": "$ groundkit eval quality --dataset data/scifact --arm groundkit --arm tantivy",
+    "eval gate": "$ groundkit eval gate --embedded",
+}
+
+
+# (contexts are typed Any: they are click's, which typer vendors in some versions and not others)
+def _commands(group: typer.core.TyperGroup, ctx: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    for name in group.list_commands(ctx):
+        cmd = group.get_command(ctx, name)
+        if cmd is None or cmd.hidden:
+            continue
+        sub = cmd.make_context(name, [], parent=ctx, resilient_parsing=True)
+        if isinstance(cmd, typer.core.TyperGroup):
+            yield from _commands(cmd, sub, f"{prefix}{name} ")
+        else:
+            yield f"{prefix}{name}", sub
+
+
+def _plain_help(ctx: Any) -> str:
+    cmd = ctx.command
+    mode = getattr(cmd, "rich_markup_mode", None)
+    cmd.rich_markup_mode = None  # (typer then renders with click's plain formatter)
+    try:
+        return str(cmd.get_help(ctx)).rstrip()
+    finally:
+        cmd.rich_markup_mode = mode
+
+
+def render() -> str:
+    """The whole of docs/cli.md."""
+    from groundkit.cli import app
+
+    root = typer.main.get_command(app)
+    assert isinstance(root, typer.core.TyperGroup)
+    top = root.make_context("groundkit", [], resilient_parsing=True, terminal_width=WIDTH, max_content_width=WIDTH)
+    commands = list(_commands(root, top))
+    parts = [INTRO, "## Commands\n"]
+    for name, ctx in commands:
+        # (the docstring's first paragraph, whole)
+        summary = " ".join((ctx.command.help or "").split("\n\n")[0].split()).rstrip(".")
+        anchor = "groundkit-" + name.replace(" ", "-")
+        parts.append(f"- [`groundkit {name}`](#{anchor}): {summary}")
+    parts.append("")
+    for name, ctx in commands:
+        parts.append(f"## groundkit {name}\n")
+        parts.append("```text\n" + _plain_help(ctx) + "\n```\n")
+        if name in EXAMPLES:
+            parts.append("Example:\n\n```console\n" + EXAMPLES[name] + "\n```\n")
+    return "\n".join(parts).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(render())

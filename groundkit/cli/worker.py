@@ -1,0 +1,127 @@
+"""``groundkit worker``: the one long-running process a deployment needs (maintenance passes)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Annotated
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
+
+from groundkit import maintenance
+from groundkit.cli._common import DsnOption, err, handle_errors, out
+from groundkit.client import Groundkit
+from groundkit.errors import DatabaseUnavailable, GroundkitError
+from groundkit.models import MaintenanceReport
+
+AnalyzeAtOption = Annotated[
+    float,
+    typer.Option(min=0, help="Analyze the postings once the chunks have grown by this share since the last "
+                             "analyze (groundkit.postings_growth()); 0 never."),
+]
+ReindexAtOption = Annotated[
+    float,
+    typer.Option(min=0, help="Recompute the postings' stored impacts first (reindex_impacts) once their reference "
+                             "length is off from the chunks' average length by this factor or more, either way "
+                             "(groundkit.impact_drift()), or k1 or b changed; 0 never."),
+]
+
+
+def progress_bars() -> Progress:
+    """Progress bars on stderr, gone when done (and silent when stderr is not a terminal)."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=err, transient=True)
+
+
+def step_progress(progress: Progress) -> maintenance.StepProgress:
+    """A maintenance pass's progress(step, done, total) as one bar per step."""
+    tasks: dict[str, TaskID] = {}
+
+    def advance(step: str, done: int, total: int) -> None:
+        if step not in tasks:
+            tasks[step] = progress.add_task(step, total=None)
+        progress.update(tasks[step], completed=done, total=total)
+
+    return advance
+
+
+def describe(report: MaintenanceReport) -> str:
+    """One line: each step, what it counted, how long it took."""
+    nouns = {"reindex": "recomputed {} postings' impacts", "merge": "merged {} pending posting(s)",
+             "analyze": "sketched {} postings list(s)", "vacuum": "vacuumed {} table(s)"}
+    parts = []
+    for s in report.steps:
+        part = f"{nouns[s.name].format(s.count)} in {s.seconds:.1f} s"
+        if s.name in ("reindex", "analyze"):
+            part += f" ({s.reason})"
+        parts.append(part)
+    return "; ".join(parts)
+
+
+@contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (systemd, docker stop) stops the worker as Ctrl-C does."""
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@handle_errors
+def worker(
+    every: Annotated[float, typer.Option(min=0.01, max=86_400, help="Seconds between passes.")]
+        = maintenance.WORKER_EVERY_S,
+    once: Annotated[bool, typer.Option("--once", help="One pass, then exit (1 if it failed).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per pass on stdout.")] = False,
+    analyze_at: AnalyzeAtOption = maintenance.ANALYZE_GROWTH,
+    reindex_at: ReindexAtOption = maintenance.REINDEX_DRIFT,
+    dsn: DsnOption = None,
+) -> None:
+    """Keep search fast: every --every seconds, merge the pending part, analyze the postings after
+    growth, recompute the impacts when they drift (resuming an interrupted recompute), and vacuum
+    what that rewrote. Runs on its own connection, connects again with backoff when the database
+    goes away, and writes a heartbeat that `groundkit status` shows. Ctrl-C or SIGTERM stops it."""
+    passes = 0
+
+    def on_pass(report: MaintenanceReport | None, error: GroundkitError | None) -> None:
+        nonlocal passes
+        passes += 1
+        if as_json:
+            body = {"pass": passes, "report": report.model_dump(mode="json") if report is not None else None,
+                    "error": error.message if error is not None else None}
+            sys.stdout.write(json.dumps(body) + "\n")
+            sys.stdout.flush()
+        elif error is not None:
+            err.print(f"pass {passes} failed: {error.message}", highlight=False)
+        elif report is not None and (once or any(s.count for s in report.steps)):
+            out.print(f"pass {passes}: {describe(report)}", highlight=False)
+
+    def on_lost(exc: DatabaseUnavailable, wait: float) -> None:
+        err.print(f"lost the database: {exc.message}; connecting again in {wait:.1f} s", highlight=False)
+
+    def on_connected(gk: Groundkit, again: bool) -> None:
+        if again:
+            err.print("connected again", highlight=False)
+
+    started = time.monotonic()
+    try:
+        with sigterm_interrupts(), progress_bars() as progress:
+            maintenance.run_worker(dsn, every=None if once else every, on_pass=on_pass, on_lost=on_lost,
+                                   on_connected=on_connected, progress=step_progress(progress),
+                                   analyze_growth=analyze_at, reindex_at=reindex_at)
+    except GroundkitError as exc:
+        if as_json and not isinstance(exc, DatabaseUnavailable):  # (--once: the pass failed)
+            sys.stdout.write(json.dumps({"pass": passes + 1, "report": None, "error": exc.message}) + "\n")
+        raise
+    except KeyboardInterrupt:
+        err.print(f"worker stopped after {passes} pass(es) in {time.monotonic() - started:.0f} s", highlight=False)

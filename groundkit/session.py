@@ -1,0 +1,109 @@
+"""The plumbing every groundkit call shares: one psycopg connection, database errors mapped to
+:class:`~groundkit.errors.GroundkitError`, argument checks, and the progress of long calls."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg import sql
+from pydantic import BaseModel, ValidationError
+
+from groundkit.errors import GroundkitError, InvalidArgument, UnknownContentType, from_psycopg
+
+Connection = psycopg.Connection[dict[str, Any]]
+Progress = Callable[[int, int], None]
+
+_M = TypeVar("_M", bound=BaseModel)
+
+# 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
+# reports its lists too, and those are not the rebuild's progress)
+_PROGRESS = re.compile(
+    r"groundkit\.(rebuild|set_tier_rank|analyze_postings): (\d+) of (\d+) (?:objects|spaces|lists|terms)")
+
+
+def validated(model: type[_M], data: dict[str, Any]) -> _M:
+    """``model`` built from call arguments. A bad argument raises :class:`InvalidArgument`
+    (:class:`UnknownContentType` for an unknown content type), the same class the database
+    raises for the same mistake, never a bare pydantic error."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in errors)
+        if any(e["loc"][:1] == ("content_type",) for e in errors):
+            raise UnknownContentType(
+                f"unknown content_type {data.get('content_type')!r} ({problems})"
+            ) from None
+        raise InvalidArgument(problems) from None
+
+
+def no_nul(**values: object) -> None:
+    """Refuse text Postgres cannot store: NUL characters, lone surrogates."""
+    for name, value in values.items():
+        texts = value if isinstance(value, list | tuple) else [value]
+        for text in texts:
+            if isinstance(text, str):
+                if "\x00" in text:
+                    raise InvalidArgument(f"{name} must not contain NUL characters")
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidArgument(f"{name} is not valid Unicode text") from None
+
+
+class Session:
+    """One psycopg connection and the helpers every call goes through."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def _outside_transaction(self) -> bool:
+        """Whether each statement commits on its own: an autocommit connection outside a
+        ``with conn.transaction()`` block (VACUUM and work in steps need that)."""
+        return self.conn.autocommit and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except GroundkitError:
+            raise
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    def _fetch(self, query: str | sql.Composable, params: dict[str, Any]) -> list[dict[str, Any]]:
+        with self._errors(), self.conn.cursor() as cur:
+            cur.execute(query, params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+
+    def _scalar(self, query: str | sql.Composable, params: dict[str, Any]) -> Any:
+        rows = self._fetch(query, params)
+        return next(iter(rows[0].values()))
+
+    def _with_progress(self, fn: str, query: str, params: dict[str, Any], progress: Progress | None) -> int:
+        """Run a long admin call; the DEBUG progress messages of groundkit.``fn`` reach
+        ``progress`` as they come."""
+        if progress is None:
+            return int(self._scalar(query, params))
+        report = progress
+
+        def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+            found = _PROGRESS.fullmatch(diag.message_primary or "")
+            if found and found[1] == fn:
+                report(int(found[2]), int(found[3]))
+
+        self.conn.add_notice_handler(on_notice)
+        try:
+            with self._errors(), self.conn.transaction():
+                # transaction-local, and put back: the caller's session keeps its own level
+                level = self._scalar("select current_setting('client_min_messages') as level", {})
+                self._fetch("select set_config('client_min_messages', 'debug1', true)", {})
+                n = int(self._scalar(query, params))
+                self._fetch("select set_config('client_min_messages', %(level)s, true)", {"level": level})
+                return n
+        finally:
+            self.conn.remove_notice_handler(on_notice)
