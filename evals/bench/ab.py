@@ -15,7 +15,8 @@ Then each of the benchmark's queries (the ones `search` ran on gk_bench_<chunks>
 back to back, alternating which goes first, the fastest of --repeat runs each, after an untimed
 pass of --warm-up queries on each; per reader: p50 / p95 / mean of both, the ratio of the means
 and of the p95s (A over B), and how many queries returned different scores (the two must agree:
-search is exact). ``--writes N``: N rounds; in each, the same 600 new objects go through
+search is exact). ``--writes N``: N rounds; in each, the same 600 new objects (or, with
+``--write-documents``, documents of 40-160 words) go through
 put_object one per transaction into each database in turn (alternating which goes first), then
 ``merge_pending()`` is timed on its own (the writers' inline merges are held off meanwhile).
 """
@@ -55,11 +56,13 @@ def at_revision(server_dsn: str, kept: str, rev: str) -> Iterator[str]:
         yield dsn
 
 
-def paired_writes(conns: dict[str, psycopg.Connection[Any]], rounds: int, seed: int) -> None:
-    """``rounds`` rounds of 600 objects through put_object into each database in turn, then a
-    timed merge_pending(); the writers' inline merges are held off meanwhile."""
+def paired_writes(conns: dict[str, psycopg.Connection[Any]], rounds: int, seed: int, documents: bool) -> None:
+    """``rounds`` rounds of 600 objects (or ``documents`` of 40-160 words) through put_object into
+    each database in turn, then a timed merge_pending(); the writers' inline merges are held off
+    meanwhile."""
     per_round = 600
-    objs = list(Corpus(seed=seed).objects(8 * per_round * rounds))
+    corpus = Corpus(seed=seed)
+    objs = list(corpus.documents(per_round * rounds) if documents else corpus.objects(8 * per_round * rounds))
     merge_every: dict[str, int] = {}
     for name, conn in conns.items():
         merge_every[name] = int(conn.execute("select pending_merge_chunks from groundkit.config").fetchone()[0])  # type: ignore[index]
@@ -79,8 +82,8 @@ def paired_writes(conns: dict[str, psycopg.Connection[Any]], rounds: int, seed: 
                 conn.execute("select groundkit.merge_pending()")
                 merged = time.perf_counter() - t1
                 done[name].append((chunks, wrote, merged))
-                log(f"round {r + 1}/{rounds} {name}: {chunks} chunks, writes {chunks / wrote:,.0f} chunks/s, "
-                    f"merge {1000 * merged:.0f} ms")
+                log(f"round {r + 1}/{rounds} {name}: {chunks} chunks, writes {chunks / wrote:,.0f} chunks/s "
+                    f"({len(batch) / wrote:,.0f} objects/s), merge {1000 * merged:.0f} ms")
     finally:
         for name, conn in conns.items():
             conn.execute("update groundkit.config set pending_merge_chunks = %s", (merge_every[name],))
@@ -88,7 +91,8 @@ def paired_writes(conns: dict[str, psycopg.Connection[Any]], rounds: int, seed: 
         chunks = sum(x[0] for x in rs)
         wrote = sum(x[1] for x in rs)
         merged = sum(x[2] for x in rs)
-        print(f"{name}: writes {chunks / wrote:,.0f} chunks/s, merges {1000 * merged / chunks:.3f} ms per chunk, "
+        print(f"{name}: writes {per_round * rounds / wrote:,.0f} objects/s, {chunks / wrote:,.0f} chunks/s, "
+              f"merges {1000 * merged / chunks:.3f} ms per chunk, "
               f"both {chunks / (wrote + merged):,.0f} chunks/s")
 
 
@@ -105,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-search", action="store_true", help="skip the paired search")
     ap.add_argument("--writes", type=int, default=0, metavar="ROUNDS", help="paired one-object write rounds")
     ap.add_argument("--write-seed", type=int, default=777, help="the corpus seed of the objects written")
+    ap.add_argument("--write-documents", action="store_true",
+                    help="write documents of 40-160 words (`ingest --fresh`'s) instead of the benchmark's objects")
     ap.add_argument("--per-query", type=Path, help="also write every query's latencies here (JSON lines)")
     args = ap.parse_args(argv)
     kept = f"gk_bench_{args.chunks}"
@@ -130,5 +136,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             paired_table(sys.stdout, {n: scores_of(c, SEARCH_SQL, args.k) for n, c in conns.items()},
                          queries, args.repeat, per_query)
         if args.writes:
-            paired_writes(conns, args.writes, args.write_seed)
+            paired_writes(conns, args.writes, args.write_seed, args.write_documents)
     return 0

@@ -2,7 +2,7 @@
 
     python -m evals.bench profile search --dsn URL --chunks 1000000 --reader r100 --min-ms 6 --max-ms 30
     python -m evals.bench profile write --dsn URL --chunks 100000 --single 200
-    python -m evals.bench profile write --dsn URL --database gk_x --single 200 --commit
+    python -m evals.bench profile write --dsn URL --database gk_x --single 200 --commit --documents
 
 ``search``: on a kept benchmark database (gk_bench_<chunks>, with the queries `search` ran
 there), every query of --min-terms to --max-terms analysed terms runs once to warm up, then once
@@ -166,7 +166,8 @@ def commit_cost(conn: psycopg.Connection[Any], objs: Sequence[Obj], n: int) -> N
 
 def profile_write(args: argparse.Namespace) -> int:
     n = args.single or args.batch
-    objs = list(Corpus(seed=991).objects(40 * n))
+    corpus = Corpus(seed=991)
+    objs = list(corpus.documents(10 * n) if args.documents else corpus.objects(40 * n))
     dsn = make_conninfo(args.dsn, dbname=args.database or f"gk_bench_{args.chunks}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         if args.commit:
@@ -216,6 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     w.add_argument("--batch", type=int, default=2000, help="objects in one put_objects call")
     w.add_argument("--single", type=int, default=0, help="profile this many put_object calls instead")
     w.add_argument("--commit", action="store_true", help="first, what each commit's WAL flush costs")
+    w.add_argument("--documents", action="store_true",
+                   help="write documents of 40-160 words (`ingest --fresh`'s) instead of the benchmark's objects")
     w.add_argument("--min-ms", type=float, default=1.0)
     args = ap.parse_args(argv)
     return profile_search(args) if args.target == "search" else profile_write(args)

@@ -85,10 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each query per copy; the fastest counts")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--keep", action="store_true",
+                    help="keep both databases (with --dsn): the un-maintained one and its maintained copy (_m)")
     args = ap.parse_args(argv)
     corpus = Corpus(seed=args.seed)
     docs = list(corpus.documents(args.documents))
-    with server(args.dsn) as server_dsn, scratch_db(server_dsn, "bh_unmaint") as dsn:
+    with server(args.dsn) as server_dsn, scratch_db(server_dsn, "bh_unmaint", args.keep) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             populate_authority(conn, corpus, chunk_settings=False)
         wrote = write_documents(dsn, docs)
@@ -116,5 +118,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "maintained": scores_of(b, SEARCH_SQL, args.k)},
                              queries, args.repeat, None, tuple(READERS))
         finally:
-            drop_db(server_dsn, copy)
+            if not args.keep:
+                drop_db(server_dsn, copy)
     return 0
