@@ -85,6 +85,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=2, help="runs of each query per copy; the fastest counts")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--pending-merge-chunks", type=int,
+                    help="set config.pending_merge_chunks before the writes (default: the database's default)")
     ap.add_argument("--keep", action="store_true",
                     help="keep both databases (with --dsn): the un-maintained one and its maintained copy (_m)")
     args = ap.parse_args(argv)
@@ -93,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with server(args.dsn) as server_dsn, scratch_db(server_dsn, "bh_unmaint", args.keep) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             populate_authority(conn, corpus, chunk_settings=False)
+            if args.pending_merge_chunks is not None:
+                conn.execute("update groundkit.config set pending_merge_chunks = %s", (args.pending_merge_chunks,))
         wrote = write_documents(dsn, docs)
         log(f"wrote {len(docs):,} documents in {wrote:.0f} s ({len(docs) / wrote:,.0f}/s)")
         name = conninfo_to_dict(dsn)["dbname"]
