@@ -841,30 +841,41 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
         assert read_messages() == ["merges 5 lists in 4 pieces"], messages
 
 
-def _bench_module(name: str) -> Any:
-    """A script of evals/bench, loaded from its file (the scripts put their own folder on
-    sys.path and import each other by file name)."""
-    import importlib.util
+ORACLE_NAME = "_search_pruned_oracle"
+ORACLE_FIRST_GUESS = ("            guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt]"
+                      " + coalesce(t_maxcs[nt - 1], 0)));\n")
+ORACLE_AFTER_MAXIMA = "            full_n := (select sum(x) from unnest(t_dfs) as x);\n"
+ORACLE_BEFORE_SCAN = "    if v_strategy = 'scan' then\n"
+
+
+def _oracle_function() -> str:
+    """_search_pruned as sql/060_search.sql has it, renamed ORACLE_NAME, with two hooks read from
+    session settings: ``groundkit.oracle_theta`` sets the threshold rounds' first guess just below
+    it, and ``groundkit.oracle_arm = 'prologue'`` returns nothing once the reader, terms,
+    statistics and strategy are known."""
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "evals" / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    text = (Path(__file__).resolve().parents[1] / "sql" / "060_search.sql").read_text(encoding="utf-8")
+    start = text.index("create or replace function groundkit._search_pruned(")
+    fn = text[start:text.index("\n$$;\n", start) + len("\n$$;\n")]
+    for marker in (ORACLE_FIRST_GUESS, ORACLE_AFTER_MAXIMA, ORACLE_BEFORE_SCAN):
+        assert fn.count(marker) == 1, f"sql/060_search.sql changed: {marker.strip()!r} is not found once"
+    prologue = "if current_setting('groundkit.oracle_arm', true) = 'prologue' then return; end if;\n"
+    fn = fn.replace(ORACLE_FIRST_GUESS, "            guess := greatest(x_lb, current_setting('groundkit.oracle_theta')"
+                                        "::double precision * (1 - 1e-9));\n")
+    fn = fn.replace(ORACLE_AFTER_MAXIMA, ORACLE_AFTER_MAXIMA + "            " + prologue)
+    fn = fn.replace(ORACLE_BEFORE_SCAN, "    " + prologue + ORACLE_BEFORE_SCAN)
+    return fn.replace("_search_pruned", ORACLE_NAME)  # the name and the qualified parameter names
 
 
 def test_any_first_guess_is_exact(community: Groundkit) -> None:
     """The threshold rounds are exact whatever their first guess: below the k-th score, at it
-    and above it (docs/bm25.md, "What guessing costs"; evals/bench/oracle_search.py sets the
-    first guess through a hook in a copy of _search_pruned, and this also checks that its hooks
-    still fit sql/060_search.sql). The copy's 'prologue' arm returns nothing."""
-    oracle = _bench_module("oracle_search")
+    and above it (docs/bm25.md, "What guessing costs"): the first guess is set through a hook
+    in a copy of _search_pruned (_oracle_function). The copy's 'prologue' arm returns nothing."""
     gk = community
     queries = _zipf_corpus(gk)[:10]
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
-        raw.execute(oracle.oracle_function())
+        raw.execute(_oracle_function().encode())
         for query in queries:
             for k in (3, 10):
                 want = _rows(raw, "_search_exhaustive", "t3", query, k)
@@ -872,7 +883,7 @@ def test_any_first_guess_is_exact(community: Groundkit) -> None:
                 for scale in (0.3, 0.9, 1.0, 1.1, 3.0):
                     raw.execute("select set_config('groundkit.oracle_arm', '', false),"
                                 " set_config('groundkit.oracle_theta', %s, false)", (repr(theta * scale),))
-                    got = _rows(raw, oracle.NAME, "t3", query, k, ", strategy => 'threshold'")
+                    got = _rows(raw, ORACLE_NAME, "t3", query, k, ", strategy => 'threshold'")
                     _assert_same(got, want, f"first guess {scale} theta, {query!r} k={k}")
                 raw.execute("select set_config('groundkit.oracle_arm', 'prologue', false)")
-                assert _rows(raw, oracle.NAME, "t3", query, k, ", strategy => 'threshold'") == []
+                assert _rows(raw, ORACLE_NAME, "t3", query, k, ", strategy => 'threshold'") == []

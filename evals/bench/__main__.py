@@ -1,0 +1,36 @@
+"""python -m evals.bench SUBCOMMAND [options]: groundkit's benchmarks (docs/performance.md).
+
+    search        the 10k/100k/1M search benchmark: groundkit.search by reader, ts_rank_cd, tantivy
+    ingest        write throughput: a fresh database's one-object writes, bulk, concurrent writers
+    ab            paired comparison of two databases, or of two revisions' SQL on copies of one
+    profile       where a search's or a write's time goes, statement by statement
+    unmaintained  search on a database nobody maintained vs the same database maintained
+
+`python -m evals.bench SUBCOMMAND --help` describes each.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+from evals.bench import ab, ingest, profile, search, unmaintained
+
+SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
+    "search": search.main,
+    "ingest": ingest.main,
+    "ab": ab.main,
+    "profile": profile.main,
+    "unmaintained": unmaintained.main,
+}
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in SUBCOMMANDS:
+        print(__doc__, file=sys.stderr)
+        return 0 if argv[:1] in (["-h"], ["--help"]) else 2
+    return SUBCOMMANDS[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,96 @@
+"""The benchmark package's subcommands run end to end on a tiny corpus (python -m evals.bench).
+
+Performance figures come from the benchmark itself (docs/performance.md); these tests check that
+each subcommand runs against a real server, prints its table and that the paired comparisons find
+the same answers on both sides.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from evals.bench.__main__ import main
+from evals.bench.common import drop_db
+
+CHUNKS = "300"
+
+
+@pytest.fixture(scope="module")
+def kept(server_dsn: str) -> Iterator[str]:
+    """gk_bench_300, built by `search --keep` (the database ab and profile work on)."""
+    yield "gk_bench_" + CHUNKS
+    drop_db(server_dsn, "gk_bench_" + CHUNKS)
+
+
+def _differing(out: str) -> list[int]:
+    """The 'queries with different scores' column of every paired table row."""
+    return [int(m) for m in re.findall(r"x \| [0-9.]+x \| (\d+) \|", out)]
+
+
+def test_search_builds_and_keeps_its_database(server_dsn: str, kept: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12", "--slow-queries", "4",
+                 "--passes", "1", "--turns", "1", "--single-chunks", "80", "--writers", "1",
+                 "--writer-seconds", "0.3", "--keep"]) == 0
+    out = capsys.readouterr().out
+    assert f"### {int(CHUNKS):,} chunks" in out
+    for reader in ("r100", "r50", "r5"):
+        assert f"| {reader} (" in out
+    assert "groundkit.search and tantivy in turns" in out
+    assert "concurrent put_object writers: 1 -> " in out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        assert conn.execute("select 1 from pg_database where datname = %s", (kept,)).fetchone() is not None
+
+
+def test_ab_of_two_revisions_agrees(server_dsn: str, kept: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ab", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12", "--repeat", "1",
+                 "--revisions", "worktree", "worktree", "--writes", "1"]) == 0
+    out = capsys.readouterr().out
+    assert _differing(out) == [0, 0, 0], out
+    assert "merges" in out and "chunks/s" in out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # the copies are gone
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_ab_%'").fetchone()
+    assert left == (0,)
+
+
+def test_ab_of_two_databases(server_dsn: str, kept: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("create database gk_bh_other template {}").format(sql.Identifier(kept)))
+    try:
+        assert main(["ab", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "8", "--repeat", "1",
+                     "--databases", kept, "gk_bh_other"]) == 0
+    finally:
+        drop_db(server_dsn, "gk_bh_other")
+    assert _differing(capsys.readouterr().out) == [0, 0, 0]
+
+
+def test_profile_search_and_write(server_dsn: str, kept: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["profile", "search", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12"]) == 0
+    out = capsys.readouterr().out
+    assert "| statement (first words) | calls | ms | share of the searches |" in out
+    assert main(["profile", "write", "--dsn", server_dsn, "--chunks", CHUNKS, "--single", "4", "--commit",
+                 "--min-ms", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "synchronous_commit on" in out
+    assert "groundkit.put_object(" in out
+
+
+def test_ingest_fresh_and_loaded(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ingest", "--dsn", server_dsn, "--fresh", "60", "--chunks", "200", "--single-chunks", "60",
+                 "--writers", "1", "2", "--writer-seconds", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "fresh database, 60 documents" in out
+    assert "documents/s by tenth of the load: " in out
+    assert "concurrent put_object writers: 1 -> " in out and "2 -> " in out
+
+
+def test_unmaintained_agrees_with_maintained(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["unmaintained", "--dsn", server_dsn, "--documents", "300", "--queries", "10",
+                 "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "un-maintained p50 / p95 / mean ms" in out
+    assert _differing(out) == [0, 0, 0], out
