@@ -137,13 +137,13 @@ begin
     ),
     weights as (
         select q.term,
-               q.qtf * ln(1 + (greatest(cp.n - q.df, 0) + 0.5) / (q.df + 0.5)) as w,
+               q.qtf * groundkit._idf(cp.n, q.df) as w,
                case when cp.n > 0 and cp.total_len > 0 then cp.total_len / cp.n else 1 end as avgdl
           from qterms q, corpus cp
     ),
     scored as (
         select p.chunk_id,
-               sum(w.w * p.tf / (p.tf + cfg.k1 * (1 - cfg.b + cfg.b * c.doc_len / w.avgdl))) as score
+               sum(w.w * groundkit._tf_part(p.tf, c.doc_len, cfg.k1, cfg.b, w.avgdl)) as score
           from weights w
           join (select p.term, p.chunk_id, p.tf from groundkit.postings p
                 union all
@@ -285,7 +285,7 @@ declare
     partners text[];
     -- a chunk's known part, once for the select list and the having clause (the same text: one
     -- aggregate, computed once, and the chunks kept are those whose returned part reaches p_thr)
-    known_sum constant text := 'sum(p.w * p.tf / (p.tf + $4 * (1 - $5 + $5 * p.doc_len / $6)))';
+    known_sum constant text := 'sum(p.w * groundkit._tf_part(p.tf, p.doc_len, $4, $5, $6))';
 begin
     p_splits := coalesce(p_splits, '{}');
     if coalesce(cardinality(p_rd), 0) = 0 then
@@ -397,12 +397,12 @@ as $$
         select p.chunk_id, max(p.doc_len) as dl
           from p
          group by p.chunk_id
-         order by sum(p.w * p.tf / (p.tf + p_k1 * (1 - p_b + p_b * p.doc_len / p_avgdl))) desc
+         order by sum(p.w * groundkit._tf_part(p.tf, p.doc_len, p_k1, p_b, p_avgdl)) desc
          limit p_cands
     ),
     scored as (
         select c.chunk_id,
-               sum(q.w * pp.tf / (pp.tf + p_k1 * (1 - p_b + p_b * c.dl / p_avgdl))) as score
+               sum(q.w * groundkit._tf_part(pp.tf, c.dl, p_k1, p_b, p_avgdl)) as score
           from cand c
          cross join q
           join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
@@ -468,7 +468,7 @@ begin
         select p.chunk_id, p.doc_len as dl
           from groundkit.postings p
          where p.term = p_terms[p_short] and p.vis_key = any (p_buckets)
-         order by p_ws[p_short] * p.tf / (p.tf + p_k1 * (1 - p_b + p_b * p.doc_len / p_avgdl))
+         order by p_ws[p_short] * groundkit._tf_part(p.tf, p.doc_len, p_k1, p_b, p_avgdl)
                   -- (in this order: get_bit fails past the end of the bytes)
                   + case when p.chunk_id > v_wmax then v_mc
                          when get_bit(v_bits, p.chunk_id) = 1 then v_mc
@@ -477,7 +477,7 @@ begin
     ),
     scored as (
         select c.chunk_id,
-               sum(q.w * pp.tf / (pp.tf + p_k1 * (1 - p_b + p_b * c.dl / p_avgdl))) as score
+               sum(q.w * groundkit._tf_part(pp.tf, c.dl, p_k1, p_b, p_avgdl)) as score
           from cand c
          cross join q
           join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
@@ -535,7 +535,7 @@ set enable_seqscan = off
 as $$
     with scored as materialized (
         select pp.chunk_id,
-               sum(q.w * pp.tf / (pp.tf + p_k1 * (1 - p_b + p_b * pp.doc_len / p_avgdl))) as score
+               sum(q.w * groundkit._tf_part(pp.tf, pp.doc_len, p_k1, p_b, p_avgdl)) as score
           from unnest(p_terms, p_ws) as q(term, w)
          -- offset 0: a subquery per term, read by its key (never the whole part hashed)
          cross join lateral (select p.chunk_id, p.tf, p.doc_len from groundkit.pending_postings p
@@ -738,8 +738,6 @@ declare
     hi_a double precision;
     hi_b double precision;
     m_splits bigint[];
-    -- a merged read of at least this many postings runs in four pieces, in parallel workers
-    par_min constant double precision := 50000;
     -- partner bits in a merged read: which read terms' postings are tested, up to which chunk
     -- id, and how many read terms have bits
     m_filter boolean[];
@@ -765,11 +763,9 @@ declare
     -- how deep the lists' tops are read for x_lb, and whether that is still to be done
     x_depth integer;
     x_pending boolean;
-    -- x_lb from a short list: the shortest list's term (by index, when it holds at most s_max
+    -- x_lb from a short list: the shortest list's term (by index, when it holds at most _short_max()
     -- of the reader's postings), scored only when the round the final one replaces (or a round
-    -- that failed) reads s_min postings or more (groundkit._short_lb)
-    s_max constant double precision := 10000;
-    s_min constant double precision := 50000;
+    -- that failed) reads _short_min() postings or more (groundkit._short_lb)
     s_j integer;
     -- the first probed term when a joined read looks it up too (else null), and the rest after it
     fused integer;
@@ -818,7 +814,7 @@ begin
       from groundkit.scope_stats s where s.scope <= v_rank;
     v_avgdl := case when v_n > 0 and v_total > 0 then v_total / v_n else 1 end;
     select array_agg(q.term order by q.term),
-           array_agg(q.qtf * ln(1 + (greatest(v_n - q.df, 0) + 0.5) / (q.df + 0.5)) order by q.term),
+           array_agg(q.qtf * groundkit._idf(v_n, q.df) order by q.term),
            array_agg(q.df order by q.term),
            bool_or(q.pend)
       into terms, ws, dfs, has_pend
@@ -876,7 +872,7 @@ begin
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
         case when cardinality(terms) = 1 then 'rounds'
-             when (select sum(d) from unnest(dfs) as d) <= case when cardinality(terms) >= 4 then 20000 else 10000 end
+             when (select sum(d) from unnest(dfs) as d) <= groundkit._scan_max(cardinality(terms))
                   then 'scan'
              else 'threshold' end);
 
@@ -938,7 +934,7 @@ begin
               from mx;
             nt := cardinality(t_terms);
             -- (the short list for x_lb, if there is one; used only when x_lb is scored, below)
-            s_j := (select x.i from unnest(t_dfs) with ordinality as x(df, i) where x.df <= s_max order by x.df, x.i limit 1);
+            s_j := (select x.i from unnest(t_dfs) with ordinality as x(df, i) where x.df <= groundkit._short_max() order by x.df, x.i limit 1);
             k_cuts := array_fill(null::double precision, array[nt]);
             k_ns := array_fill(null::bigint, array[nt]);
             tot := (select sum(x) from unnest(t_maxcs) as x);
@@ -949,7 +945,7 @@ begin
             -- near their maxima: with four terms or more, 0.9 · tot was 1.5-2.4 times the final
             -- k-th score (10th to 90th percentile of the benchmark's queries; docs/bm25.md, "The
             -- first guess from two maxima").
-            guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt] + coalesce(t_maxcs[nt - 1], 0)));
+            guess := greatest(x_lb, groundkit._guess_first() * least(tot, t_maxcs[nt] + coalesce(t_maxcs[nt - 1], 0)));
             final := guess <= x_lb;
             raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb % rho % buckets %',
                 t_terms, t_ws, t_maxcs, x_lb, rho, buckets;
@@ -963,8 +959,8 @@ begin
                 incr := false;
                 fused := null;
                 e_dcuts := null;
-                if e_thr is not null and guess >= e_thr and p_max < guess * (1 - 1e-9) then
-                    thr_g := guess * (1 - 1e-9);
+                if e_thr is not null and guess >= e_thr and p_max < guess * (1 - groundkit._slack()) then
+                    thr_g := guess * (1 - groundkit._slack());
                     select array_agg(groundkit._imp_cut((thr_g - (tot - x.mc)) / x.w, rho) order by x.i)
                       into cuts
                       from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
@@ -999,7 +995,7 @@ begin
                 <<plan>>
                 loop
                     exit plan when incr;
-                    thr_g := guess * (1 - 1e-9);
+                    thr_g := guess * (1 - groundkit._slack());
                     -- cuts[t]: the least impact a chunk scoring >= guess can have in t's list
                     select array_agg(groundkit._imp_cut((thr_g - (tot - x.mc)) / x.w, rho) order by x.i)
                       into cuts
@@ -1030,34 +1026,34 @@ begin
                             select count(*) into n_one
                               from (select 1 from groundkit.postings p
                                      where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= cuts[j]
-                                     limit greatest(0, 40000 - least(ceil(n_sk), 40000))::bigint) x;
+                                     limit greatest(0, groundkit._count_cap() - least(ceil(n_sk), groundkit._count_cap()))::bigint) x;
                             k_cuts[j] := null;
                             k_ns[j] := null;
                             ns[j] := n_sk + n_one;
                         else
                             if k_cuts[j] is not null and cuts[j] <= k_cuts[j] then
                                 n_one := k_ns[j];
-                                if n_one < 40000 and e_dcuts[j] = cuts[j] and e_cuts[j] = k_cuts[j]
+                                if n_one < groundkit._count_cap() and e_dcuts[j] = cuts[j] and e_cuts[j] = k_cuts[j]
                                    and e_dns[j] < 20000 then
                                     -- counted just now, between the same two cuts, not cut short
-                                    n_one := least(n_one + e_dns[j], 40000);
-                                elsif n_one < 40000 and cuts[j] < k_cuts[j] then
+                                    n_one := least(n_one + e_dns[j], groundkit._count_cap());
+                                elsif n_one < groundkit._count_cap() and cuts[j] < k_cuts[j] then
                                     n_one := n_one + (
                                         select count(*)
                                           from (select 1 from groundkit.postings p
                                                  where p.term = t_terms[j] and p.vis_key = any (buckets)
                                                    and p.imp >= cuts[j] and p.imp < k_cuts[j]
-                                                 limit 40000 - n_one) x);
+                                                 limit groundkit._count_cap() - n_one) x);
                                 end if;
                             else
                                 select count(*) into n_one
                                   from (select 1 from groundkit.postings p
                                          where p.term = t_terms[j] and p.vis_key = any (buckets) and p.imp >= cuts[j]
-                                         limit 40000) x;
+                                         limit groundkit._count_cap()) x;
                             end if;
                             k_cuts[j] := cuts[j];
                             k_ns[j] := n_one;
-                            ns[j] := case when n_one < 40000 then n_one else greatest(n_one, t_dfs[j] / 2) end;
+                            ns[j] := case when n_one < groundkit._count_cap() then n_one else greatest(n_one, t_dfs[j] / 2) end;
                         end if;
                     end loop;
                     raise debug 'groundkit pruned: threshold counts terms % cuts % counted % sizes % reader %',
@@ -1078,7 +1074,7 @@ begin
                     n_probe := 0;
                     f_j := 0;
                     n_left := (select sum(x) from unnest(ns) as x);
-                    best_cost := 0.8 * n_left;
+                    best_cost := groundkit._us_read() * n_left;
                     best_cand := null;
                     -- (the final round: over whole lists, every cut at or below 0, for any probe
                     -- set; over ranges cut above 0, for a probe set that reads 10,000 postings or
@@ -1116,7 +1112,7 @@ begin
                                       join unnest(ns, probe) with ordinality as b(n, pr, i) on b.i > a.i
                                      where not a.pr and not b.pr));
                             end if;
-                            cost := 0.8 * n_left + 5 * n_probe * n_cand;
+                            cost := groundkit._us_read() * n_left + groundkit._us_probe() * n_probe * n_cand;
                             -- (the probed term of largest maximum, when it has bits, is looked up only
                             -- where its bit is set, in a joined read of one or two terms: 0.3 us a
                             -- candidate for the bit test and the rest, and a lookup where the bit is
@@ -1124,7 +1120,8 @@ begin
                             -- hold related words. Only for two or three terms: with more, cheaper
                             -- probes made plans that probed more terms and kept more candidates)
                             if nt <= 3 and nt - n_probe <= 2 and t_bw[f_j] is not null then
-                                cost := cost - greatest(0, 4.7 - 10 * t_dfs[f_j] / t_bw[f_j]) * n_cand;
+                                cost := cost - greatest(0, groundkit._us_probe() - groundkit._us_bit_test()
+                                                             - 2 * groundkit._us_probe() * t_dfs[f_j] / t_bw[f_j]) * n_cand;
                             end if;
                             if cost < best_cost then
                                 best_cost := cost;
@@ -1151,7 +1148,7 @@ begin
                         -- and from a short list, when the round the final one replaces would read 50,000
                         -- postings or more (below that, the 1-6 ms it costs was more than it saved:
                         -- docs/bm25.md, "x_lb from a short list")
-                        if s_j is not null and n_left >= s_min then
+                        if s_j is not null and n_left >= groundkit._short_min() then
                             x_lb := groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b,
                                                         v_avgdl, v_rank, v_member, _search_pruned.content_types,
                                                         _search_pruned.space_ids, _search_pruned.k, x_lb);
@@ -1196,7 +1193,7 @@ begin
                     ),
                     d as (
                         select p.chunk_id, max(p.doc_len) as dl, array_agg(x.term) as terms,
-                               sum(x.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known
+                               sum(x.w * groundkit._tf_part(p.tf, p.doc_len, v_k1, v_b, v_avgdl)) as known
                           from x
                           join groundkit.postings p on p.term = x.term and p.vis_key = any (buckets)
                                                    and p.imp >= x.cut and p.imp < x.ecut
@@ -1208,7 +1205,7 @@ begin
                     s as materialized (
                         select d.chunk_id, d.dl,
                                d.known + case when cardinality(d.terms) < (select count(*) from x) then coalesce(
-                                   (select sum(x.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * d.dl / v_avgdl)))
+                                   (select sum(x.w * groundkit._tf_part(pp.tf, d.dl, v_k1, v_b, v_avgdl))
                                       from x
                                       join groundkit.postings pp on pp.term = x.term and pp.chunk_id = d.chunk_id
                                      where x.term <> all (d.terms)), 0) else 0 end as known
@@ -1226,7 +1223,7 @@ begin
                     raise debug 'groundkit pruned: threshold guess % (final %) cuts % extends the last round by % postings, % candidates',
                         guess, final, cuts, dn, cardinality(c_ids);
                 else
-                    thr_f := case when final then thr_g else greatest(x_lb, 0.8 * guess) * (1 - 1e-9) end;
+                    thr_f := case when final then thr_g else greatest(x_lb, groundkit._guess_next() * guess) * (1 - groundkit._slack()) end;
                     -- Long ranges in two passes (docs/bm25.md, "Shares"). A chunk is kept only if
                     -- its known part reaches L = thr_f - p_max. Give each read term a share
                     -- tau(t), the shares summing to L (less 1e-7 of it, for rounding): a chunk
@@ -1241,7 +1238,7 @@ begin
                     -- than planning pass 2).
                     -- (n_long: the longest range, up to 40,000; a range holds a chunk once, so a
                     -- round that drops rows unread still read at least that many chunks)
-                    select coalesce(sum(x.n), 0), coalesce(max(least(x.n, 40000)), 0)::bigint into n_big, n_long
+                    select coalesce(sum(x.n), 0), coalesce(max(least(x.n, groundkit._count_cap())), 0)::bigint into n_big, n_long
                       from unnest(ns, probe) as x(n, pr) where not x.pr;
                     d_ids := null;
                     taus := null;
@@ -1254,20 +1251,20 @@ begin
                     -- ('merge' and 'pieces', for tests: every round, whatever its cuts.)
                     merged := case when _search_pruned.strategy in ('merge', 'pieces') then true
                                    when _search_pruned.strategy = 'shares' then false
-                              else n_big >= 20000
+                              else n_big >= groundkit._long_round()
                                    and not exists (select 1 from unnest(rd) as r(i) where cuts[r.i] > 0)
                                    and 2 * n_big >= (select coalesce(sum(ts.df), 0) from groundkit.term_stats ts
                                                       where ts.term in (select t_terms[r.i] from unnest(rd) as r(i)))
                               end;
-                    if (n_big >= 20000 or _search_pruned.strategy = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f)
+                    if (n_big >= groundkit._long_round() or _search_pruned.strategy = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f)
                        and _search_pruned.strategy is distinct from 'merge'
                        and _search_pruned.strategy is distinct from 'pieces' then
                         budget := (thr_f - p_max) * (1 - 1e-7);
                         taus := array_fill(null::double precision, array[nt]);
                         for j in select x.i from unnest(ns, probe) with ordinality as x(n, pr, i)
                                   where not x.pr order by x.n desc, x.i loop
-                            if t_maxcs[j] * (1 + 1e-9) <= budget then
-                                taus[j] := t_maxcs[j] * (1 + 1e-9);
+                            if t_maxcs[j] * (1 + groundkit._slack()) <= budget then
+                                taus[j] := t_maxcs[j] * (1 + groundkit._slack());
                                 budget := budget - taus[j];
                             end if;
                         end loop;
@@ -1309,7 +1306,7 @@ begin
                                         on p.term = x.term and p.vis_key = any (buckets)
                                        and p.imp >= greatest(x.cut, groundkit._imp_cut(x.tau / x.w, rho))
                                      where not x.pr
-                                       and x.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl)) >= x.tau) s;
+                                       and x.w * groundkit._tf_part(p.tf, p.doc_len, v_k1, v_b, v_avgdl) >= x.tau) s;
                             raise debug 'groundkit pruned: threshold shares % D % of % postings, two passes', taus, n_one, n_big;
                         end if;
                     end if;
@@ -1342,7 +1339,7 @@ begin
                                  ),
                                  cand as (
                                      select p.chunk_id,
-                                            sum(q.w * p.tf / (p.tf + $5 * (1 - $6 + $6 * p.doc_len / $7))) as known,
+                                            sum(q.w * groundkit._tf_part(p.tf, p.doc_len, $5, $6, $7)) as known,
                                             max(p.doc_len) as dl
                                        from q
                                        join groundkit.postings p
@@ -1397,11 +1394,11 @@ begin
                             end if;
                         end if;
                         if _search_pruned.strategy = 'pieces'
-                           or (n_big >= par_min and current_setting('max_parallel_workers_per_gather')::integer >= 2) then
-                            m_splits := array(select distinct m.lo + (m.hi - m.lo) * g.i / 4 as x
+                           or (n_big >= groundkit._parallel_min() and current_setting('max_parallel_workers_per_gather')::integer >= 2) then
+                            m_splits := array(select distinct m.lo + (m.hi - m.lo) * g.i / groundkit._parallel_pieces() as x
                                                 from (select min(c.chunk_id) as lo, max(c.chunk_id) as hi
                                                         from groundkit.chunks c) m
-                                               cross join generate_series(1, 3) as g(i)
+                                               cross join generate_series(1, groundkit._parallel_pieces() - 1) as g(i)
                                                where m.lo is not null
                                                order by x);
                             select * into c_ids, c_known, c_dl
@@ -1433,8 +1430,8 @@ begin
                         w_a := t_ws[rd[1]];
                         w_b := t_ws[rd[2]];
                         w_f := t_ws[fused];
-                        hi_a := groundkit._imp_cut((thr_f - p_max) / w_a, rho) * (1 - 1e-9);
-                        hi_b := groundkit._imp_cut((thr_f - p_max) / w_b, rho) * (1 - 1e-9);
+                        hi_a := groundkit._imp_cut((thr_f - p_max) / w_a, rho) * (1 - groundkit._slack());
+                        hi_b := groundkit._imp_cut((thr_f - p_max) / w_b, rho) * (1 - groundkit._slack());
                         -- (One range alone is read without the join: the first branch of the union
                         -- below; each branch runs behind a one-time filter on the number of read
                         -- terms, docs/bm25.md.)
@@ -1451,14 +1448,13 @@ begin
                           into c_ids, c_known, c_dl, b_looked, b_cands, n_new
                           from (select z.id, z.dl, z.kept, x.absent,
                                        z.known + case when fused is null or not z.kept or x.absent then 0
-                                                      else coalesce((select w_f * pp.tf
-                                                                            / (pp.tf + v_k1 * (1 - v_b + v_b * z.dl / v_avgdl))
+                                                      else coalesce((select w_f * groundkit._tf_part(pp.tf, z.dl, v_k1, v_b, v_avgdl)
                                                                        from groundkit.postings pp
                                                                       where pp.term = t_terms[fused] and pp.chunk_id = z.id), 0)
                                                  end as known
                                   from (select w.id, w.dl, w.known, w.known + p_max >= thr_f as kept
                                           from (select a.chunk_id as id, a.doc_len as dl,
-                                                       w_a * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl))
+                                                       w_a * groundkit._tf_part(a.tf, a.doc_len, v_k1, v_b, v_avgdl)
                                                            as known
                                                   from groundkit.postings a
                                                  where cardinality(rd) = 1 and a.term = t_terms[rd[1]]
@@ -1467,8 +1463,8 @@ begin
                                                 union all
                                                 select coalesce(a.chunk_id, b.chunk_id) as id,
                                                        coalesce(a.doc_len, b.doc_len) as dl,
-                                                       coalesce(w_a * a.tf / (a.tf + v_k1 * (1 - v_b + v_b * a.doc_len / v_avgdl)), 0)
-                                                       + coalesce(w_b * b.tf / (b.tf + v_k1 * (1 - v_b + v_b * b.doc_len / v_avgdl)), 0)
+                                                       coalesce(w_a * groundkit._tf_part(a.tf, a.doc_len, v_k1, v_b, v_avgdl), 0)
+                                                       + coalesce(w_b * groundkit._tf_part(b.tf, b.doc_len, v_k1, v_b, v_avgdl), 0)
                                                            as known
                                                   from (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
                                                          where cardinality(rd) = 2 and p.term = t_terms[rd[1]]
@@ -1504,7 +1500,7 @@ begin
                         ),
                         cand as (
                             select p.chunk_id,
-                                   sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as known,
+                                   sum(q.w * groundkit._tf_part(p.tf, p.doc_len, v_k1, v_b, v_avgdl)) as known,
                                    max(p.doc_len) as dl
                               from q
                               join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
@@ -1526,7 +1522,7 @@ begin
                         raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
                             guess, final, cuts, ns, probe, cardinality(c_ids);
                         e_reads := n_big;
-                        e_counted := (select coalesce(sum(least(x.n, 40000)), 0) from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
+                        e_counted := (select coalesce(sum(least(x.n, groundkit._count_cap())), 0) from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
                         -- (the candidates the read gave, before any probe)
                         e_cand := case when fused is not null then b_cands else cardinality(c_ids) end;
                     end if;
@@ -1561,8 +1557,7 @@ begin
                           into c_ids, c_known, c_dl, b_looked, b_cands
                           from (select v.id, v.dl, y.absent,
                                        v.known + case when y.absent then 0
-                                                      else coalesce((select w_f * pp.tf
-                                                                            / (pp.tf + v_k1 * (1 - v_b + v_b * v.dl / v_avgdl))
+                                                      else coalesce((select w_f * groundkit._tf_part(pp.tf, v.dl, v_k1, v_b, v_avgdl)
                                                                        from groundkit.postings pp
                                                                       where pp.term = t_terms[j] and pp.chunk_id = v.id), 0)
                                                  end as known
@@ -1577,8 +1572,7 @@ begin
                                coalesce(array_agg(z.dl), '{}')
                           into c_ids, c_known, c_dl
                           from (select g.id, max(g.dl) as dl,
-                                       max(g.known) + coalesce(w_f * max(g.tf)
-                                                               / (max(g.tf) + v_k1 * (1 - v_b + v_b * max(g.dl) / v_avgdl)),
+                                       max(g.known) + coalesce(w_f * groundkit._tf_part(max(g.tf), max(g.dl), v_k1, v_b, v_avgdl),
                                                                0) as known
                                   from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl,
                                                null::integer as tf
@@ -1592,8 +1586,7 @@ begin
                                coalesce(array_agg(z.dl), '{}')
                           into c_ids, c_known, c_dl
                           from (select u.id, u.dl,
-                                       u.known + coalesce(w_f * pp.tf
-                                                          / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl)), 0) as known
+                                       u.known + coalesce(w_f * groundkit._tf_part(pp.tf, u.dl, v_k1, v_b, v_avgdl), 0) as known
                                   from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl
                                          order by 1) u
                                   left join lateral (select p1.tf from groundkit.postings p1
@@ -1632,7 +1625,7 @@ begin
                 -- posting between the impact theta needs and the cut (then a chunk scoring >= theta
                 -- was read wherever it was needed). Always so in the final round (guess = x_lb).
                 -- e_gap: all of that but the last, so that only a gap can make the round fail.
-                e_gap := n_vis >= _search_pruned.k and theta >= p_max * (1 + 1e-9) and theta >= thr_f;
+                e_gap := n_vis >= _search_pruned.k and theta >= p_max * (1 + groundkit._slack()) and theta >= thr_f;
                 done := e_gap
                         and not exists (
                             select 1
@@ -1641,7 +1634,7 @@ begin
                                and exists (select 1 from groundkit.postings p
                                             where p.term = x.term and p.vis_key = any (buckets)
                                               and p.imp < x.cut
-                                              and p.imp >= groundkit._imp_cut((theta * (1 - 1e-9) - (tot - x.mc)) / x.w, rho)));
+                                              and p.imp >= groundkit._imp_cut((theta * (1 - groundkit._slack()) - (tot - x.mc)) / x.w, rho)));
                 raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
                 if done then
                     return query
@@ -1677,7 +1670,7 @@ begin
                       from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
                                              _search_pruned.content_types, _search_pruned.space_ids, _search_pruned.k) t;
                     -- and from a short list, when this round read 50,000 postings or more (as above)
-                    if s_j is not null and (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr) >= s_min then
+                    if s_j is not null and (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr) >= groundkit._short_min() then
                         x_lb := groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b,
                                                     v_avgdl, v_rank, v_member, _search_pruned.content_types,
                                                     _search_pruned.space_ids, _search_pruned.k, x_lb);
@@ -1686,13 +1679,13 @@ begin
                     raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, after a round that kept % visible chunks',
                         x_lb, n_vis;
                 end if;
-                guess := greatest(x_lb, 0.8 * guess);
+                guess := greatest(x_lb, groundkit._guess_next() * guess);
                 if n_read < _search_pruned.k then
                     -- the terms read hold fewer than k chunks: probe fewer terms next time
-                    guess := greatest(x_lb, least(guess, p_max * (1 - 1e-9)));
+                    guess := greatest(x_lb, least(guess, p_max * (1 - groundkit._slack())));
                 end if;
                 final := guess <= x_lb;
-                if not final and guess < 0.05 * tot then
+                if not final and guess < groundkit._guess_floor() * tot then
                     final := true;
                     guess := x_lb;
                     exit threshold when guess = '-infinity';
@@ -1710,7 +1703,7 @@ begin
             select x.term, x.w from unnest(terms, ws) as x(term, w)
         ),
         scored as materialized (
-            select p.chunk_id, sum(q.w * p.tf / (p.tf + v_k1 * (1 - v_b + v_b * p.doc_len / v_avgdl))) as score
+            select p.chunk_id, sum(q.w * groundkit._tf_part(p.tf, p.doc_len, v_k1, v_b, v_avgdl)) as score
               from q
               join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets)
              group by p.chunk_id
@@ -1784,7 +1777,7 @@ begin
         ),
         p as (
             select q.i, b.vk, x.chunk_id, x.imp, x.doc_len,
-                   q.w * x.tf / (x.tf + v_k1 * (1 - v_b + v_b * x.doc_len / v_avgdl)) as s
+                   q.w * groundkit._tf_part(x.tf, x.doc_len, v_k1, v_b, v_avgdl) as s
               from q
              cross join unnest(buckets) as b(vk)
              cross join lateral (
@@ -1875,7 +1868,7 @@ begin
         select coalesce(array_agg(u.id), '{}'), coalesce(array_agg(u.dl), '{}')
           into s_ids, s_dl
           from (select unnest(c_ids) as id, unnest(c_lb) as lb, unnest(c_seen) as seen, unnest(c_dl) as dl) u
-         where u.lb + greatest(ub_unseen - u.seen, 0) >= greatest(theta_lb, ub_unseen) * (1 - 1e-9);
+         where u.lb + greatest(ub_unseen - u.seen, 0) >= greatest(theta_lb, ub_unseen) * (1 - groundkit._slack());
         -- Scoring a survivor costs an index probe per term, reading a posting much less: while
         -- lists remain and the survivors outnumber a quarter of the postings this round read,
         -- read deeper instead (the bounds fall, and with them the survivors). Speed only: every
@@ -1889,7 +1882,7 @@ begin
         select coalesce(array_agg(z.id order by z.score desc), '{}'),
                coalesce(array_agg(z.score order by z.score desc), '{}')
           into a_ids, a_scores
-          from (select u.id, sum(q.w * pp.tf / (pp.tf + v_k1 * (1 - v_b + v_b * u.dl / v_avgdl))) as score
+          from (select u.id, sum(q.w * groundkit._tf_part(pp.tf, u.dl, v_k1, v_b, v_avgdl)) as score
                   from (select unnest(s_ids) as id, unnest(s_dl) as dl) u
                  cross join unnest(terms, ws) as q(term, w)
                  join groundkit.postings pp on pp.term = q.term and pp.chunk_id = u.id

@@ -53,7 +53,7 @@ import groundkit
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "_search_pruned_oracle"
-FIRST_GUESS = ("            guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt]"
+FIRST_GUESS = ("            guess := greatest(x_lb, groundkit._guess_first() * least(tot, t_maxcs[nt]"
                " + coalesce(t_maxcs[nt - 1], 0)));\n")
 AFTER_MAXIMA = "            full_n := (select sum(x) from unnest(t_dfs) as x);\n"
 BEFORE_SCAN = "    if v_strategy = 'scan' then\n"
