@@ -89,8 +89,6 @@ $$;
 -- p_pending (put_object and retier_object): the new chunks' postings go to the pending part
 -- (groundkit.pending_postings) and term_stats leaves them out until groundkit.merge_pending()
 -- moves them, unless config.pending_merge_chunks is 0 (docs/bm25.md, "The pending part").
-drop function if exists groundkit._materialize_many(text[]);
-drop function if exists groundkit._materialize_many(text[], boolean);
 create or replace function groundkit._materialize_many(p_ids text[], p_rebuilding boolean default false,
                                                        p_pending boolean default false)
 returns void
@@ -313,6 +311,3 @@ begin
     end if;
 end
 $$;
-
--- Writers call _materialize_many with one id (the one-id wrapper cost a statement per write).
-drop function if exists groundkit._materialize(text);

@@ -7,8 +7,9 @@
 The threshold rounds guess the final k-th score (theta), read and probe for that guess, and
 guess again lower when a round fails (docs/bm25.md, "The threshold rounds"). This script
 measures what the guessing costs and what is left without it. On a kept benchmark database
-(same corpus and queries as bench_search.py), it installs ``_search_pruned`` as
-sql/060_search.sql has it, under the name ``groundkit._search_pruned_oracle``, with two hooks
+(same corpus and queries as bench_search.py), it installs ``_search_pruned`` and
+``_search_threshold`` as sql/069_search.sql and sql/064_search_threshold.sql have them, under the
+names ``groundkit._search_pruned_oracle`` and ``_search_threshold_oracle``, with two hooks
 read from settings of the session:
 
 - ``groundkit.oracle_theta``: the first guess is just below this value (or x_lb, if higher)
@@ -53,24 +54,33 @@ import groundkit
 
 ROOT = Path(__file__).resolve().parents[2]
 NAME = "_search_pruned_oracle"
-FIRST_GUESS = ("            guess := greatest(x_lb, groundkit._guess_first() * least(tot, t_maxcs[nt]"
+THRESHOLD_NAME = "_search_threshold_oracle"
+FIRST_GUESS = ("    guess := greatest(x_lb, groundkit._guess_first() * least(tot, t_maxcs[nt]"
                " + coalesce(t_maxcs[nt - 1], 0)));\n")
-AFTER_MAXIMA = "            full_n := (select sum(x) from unnest(t_dfs) as x);\n"
+AFTER_MAXIMA = "    full_n := (select sum(x) from unnest(t_dfs) as x);\n"
 BEFORE_SCAN = "    if v_strategy = 'scan' then\n"
 ROUND_MESSAGE = "groundkit pruned: threshold guess"
 
 
 def oracle_function() -> str:
-    """The CREATE FUNCTION text of _search_pruned with the two hooks, renamed to NAME."""
-    fn = function_source((ROOT / "sql" / "060_search.sql").read_text(encoding="utf-8"), "_search_pruned")
-    require_once(fn, (FIRST_GUESS, AFTER_MAXIMA, BEFORE_SCAN), "sql/060_search.sql")
+    """The CREATE FUNCTION texts of _search_threshold with the two hooks, renamed to
+    THRESHOLD_NAME, and of the planner _search_pruned calling it, with the prologue's hook,
+    renamed to NAME."""
+    thr = function_source((ROOT / "sql" / "064_search_threshold.sql").read_text(encoding="utf-8"),
+                           "_search_threshold")
+    require_once(thr, (FIRST_GUESS, AFTER_MAXIMA), "sql/064_search_threshold.sql")
+    planner = function_source((ROOT / "sql" / "069_search.sql").read_text(encoding="utf-8"), "_search_pruned")
+    require_once(planner, (BEFORE_SCAN, "groundkit._search_threshold("), "sql/069_search.sql")
     prologue = "if current_setting('groundkit.oracle_arm', true) = 'prologue' then return; end if;\n"
-    fn = fn.replace(FIRST_GUESS, "            guess := greatest(x_lb, current_setting('groundkit.oracle_theta')"
-                                 "::double precision * (1 - 1e-9));\n")
-    fn = fn.replace(AFTER_MAXIMA, AFTER_MAXIMA + "            " + prologue)
-    fn = fn.replace(BEFORE_SCAN, "    " + prologue + BEFORE_SCAN)
-    # Only our own SQL file's text is edited here; nothing from outside reaches it.
-    return fn.replace("_search_pruned", NAME)  # the name and the qualified parameter names
+    thr = thr.replace(FIRST_GUESS, "    guess := greatest(x_lb, current_setting('groundkit.oracle_theta')"
+                                   "::double precision * (1 - 1e-9));\n")
+    thr = thr.replace(AFTER_MAXIMA, AFTER_MAXIMA + "    " + prologue)
+    # (the threshold rounds return at their own hook, after the maxima; the others before they start)
+    early = prologue.replace("= 'prologue'", "= 'prologue' and v_strategy <> 'threshold'")
+    planner = planner.replace(BEFORE_SCAN, "    " + early + BEFORE_SCAN)
+    planner = planner.replace("groundkit._search_threshold(", f"groundkit.{THRESHOLD_NAME}(")
+    # Only our own SQL files' text is edited here; nothing from outside reaches it.
+    return thr.replace("_search_threshold", THRESHOLD_NAME) + "\n" + planner.replace("_search_pruned", NAME)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -175,7 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                           + " | ".join(f"{c:g} theta" for c in scales) + " |\n"
                           + "|---" * (4 + len(scales)) + "|\n" + "".join(scaled))
         finally:
-            conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(NAME)))
+            for name in (NAME, THRESHOLD_NAME):
+                conn.execute(sql.SQL("drop function if exists groundkit.{}").format(sql.Identifier(name)))
     return 0
 
 
