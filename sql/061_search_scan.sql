@@ -13,6 +13,10 @@
 --
 -- Returns the postings' top k (ties broken by object_id, chunk_seq) with the keys the planner
 -- needs to merge them with the pending part's top k.
+-- One SELECT with no SET clause, so that it is inlined into the statement that calls it (the
+-- planner's, planned with its custom plans; the threshold rounds' fallback, with their generic
+-- ones) and costs no call. As for _visible_chunk, every relation is schema-qualified, its
+-- callers pin search_path = pg_catalog, pg_temp, and PUBLIC may not execute it.
 create or replace function groundkit._search_scan(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_rank integer, p_member text,
@@ -20,9 +24,6 @@ create or replace function groundkit._search_scan(
 returns table (chunk_id bigint, score double precision, object_id text, chunk_seq integer)
 language sql stable
 rows 10
-set search_path = pg_catalog, pg_temp
--- custom plans: the threshold rounds, which call this when they give up, run generic ones
-set plan_cache_mode = auto
 as $$
     with q as (
         select x.term, x.w from unnest(p_terms, p_ws) as x(term, w)

@@ -696,6 +696,11 @@ declare
     fused integer;
     theta double precision;
     n_vis integer;
+    -- what each step returned (called in an expression: no statement of their own)
+    sized record;
+    planned record;
+    was_read record;
+    looked_up record;
 begin
 <<threshold>>
 begin
@@ -771,13 +776,17 @@ begin
             select array_agg(groundkit._imp_cut((thr_g - (tot - x.mc)) / x.w, rho) order by x.i)
               into cuts
               from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
-            select * into k_cuts, k_ns, ns
-              from groundkit._threshold_sizes(t_terms, t_dfs, cuts, buckets, k_cuts, k_ns);
+            sized := groundkit._threshold_sizes(t_terms, t_dfs, cuts, buckets, k_cuts, k_ns);
+            k_cuts := sized.k_cuts;
+            k_ns := sized.k_ns;
+            ns := sized.ns;
             raise debug 'groundkit pruned: threshold counts terms % cuts % counted % sizes % reader %',
                 t_terms, cuts, k_ns, ns, p_reader_sub;
-            select * into probe, p_max, n_left
-              from groundkit._threshold_plan(t_terms, t_ws, t_maxcs, t_dfs, t_bw, ns, cuts, buckets,
-                                             thr_g, final, v_n, rho);
+            planned := groundkit._threshold_plan(t_terms, t_ws, t_maxcs, t_dfs, t_bw, ns, cuts, buckets,
+                                              thr_g, final, v_n, rho);
+            probe := planned.probe;
+            p_max := planned.p_max;
+            n_left := planned.n_left;
             -- A round that reads half of everything costs about what a round at x_lb costs,
             -- and that one cannot fail: commit to it (x_lb from the lists' tops first, if it
             -- is not known yet).
@@ -809,14 +818,20 @@ begin
         -- fails), then probe the probed terms for them, largest maximum first.
         thr_f := case when final then thr_g
                       else greatest(x_lb, groundkit._guess_next() * guess) * (1 - groundkit._slack()) end;
-        select * into c_ids, c_known, c_dl, n_read, fused
-          from groundkit._threshold_read(t_terms, t_ws, t_maxcs, t_dfs, cuts, ns, probe, p_max, thr_f,
-                                         buckets, v_k1, v_b, v_avgdl, rho, p_force);
+        was_read := groundkit._threshold_read(t_terms, t_ws, t_maxcs, t_dfs, cuts, ns, probe, p_max, thr_f,
+                                          buckets, v_k1, v_b, v_avgdl, rho, p_force);
+        c_ids := was_read.c_ids;
+        c_known := was_read.c_known;
+        c_dl := was_read.c_dl;
+        n_read := was_read.n_read;
+        fused := was_read.fused;
         raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
             guess, final, cuts, ns, probe, cardinality(c_ids);
-        select * into c_ids, c_known, c_dl
-          from groundkit._threshold_lookups(c_ids, c_known, c_dl, t_terms, t_ws, t_maxcs, t_dfs, probe,
-                                            p_max, thr_f, fused, v_k1, v_b, v_avgdl);
+        looked_up := groundkit._threshold_lookups(c_ids, c_known, c_dl, t_terms, t_ws, t_maxcs, t_dfs, probe,
+                                             p_max, thr_f, fused, v_k1, v_b, v_avgdl);
+        c_ids := looked_up.c_ids;
+        c_known := looked_up.c_known;
+        c_dl := looked_up.c_dl;
         -- theta: the k-th score among the kept candidates the reader may see, best-first.
         -- Every chunk scoring at least the guess is kept with its exact score; the others'
         -- values are lower bounds of theirs.

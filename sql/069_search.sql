@@ -10,6 +10,7 @@
 -- The exhaustive aggregate (sql/060_search.sql) answers instead when the stored impacts were
 -- computed with other BM25 parameters than groundkit.config's. Every strategy returns the
 -- postings' top k; the planner merges it with the pending part's.
+-- Any strategy's answer is exact; the choice is speed only.
 --
 -- strategy (tests and benchmarks) forces one: 'scan', 'rounds', 'threshold' ('shares', 'merge',
 -- 'pieces': the threshold rounds forcing one way to read every round). Without it, start_depth 0
@@ -51,6 +52,11 @@ declare
     pend_obj text[];
     pend_seq integer[];
     has_pend boolean;
+    -- the strategy's top k, in the final order
+    r_ids bigint[];
+    r_scores double precision[];
+    r_obj text[];
+    r_seq integer[];
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
@@ -140,33 +146,47 @@ begin
              when (select sum(d) from unnest(dfs) as d) <= groundkit._scan_max(cardinality(terms))
                   then 'scan'
              else 'threshold' end);
+    -- The chosen strategy's top k, in its order (object_id, chunk_seq break ties), then merged
+    -- with the pending part's.
     if v_strategy = 'scan' then
         raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
+        select array_agg(s.chunk_id order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.score order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.object_id order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.chunk_seq order by s.score desc, s.object_id, s.chunk_seq)
+          into r_ids, r_scores, r_obj, r_seq
+          from groundkit._search_scan(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
+                                      _search_pruned.content_types, _search_pruned.space_ids,
+                                      _search_pruned.k) s;
+    elsif v_strategy = 'rounds' then
+        select array_agg(s.chunk_id order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.score order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.object_id order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.chunk_seq order by s.score desc, s.object_id, s.chunk_seq)
+          into r_ids, r_scores, r_obj, r_seq
+          from groundkit._search_rounds(terms, ws, buckets, v_k1, v_b, v_avgdl, rho, v_rank, v_member,
+                                        _search_pruned.content_types, _search_pruned.space_ids,
+                                        _search_pruned.k, _search_pruned.start_depth) s;
+    else
+        select array_agg(s.chunk_id order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.score order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.object_id order by s.score desc, s.object_id, s.chunk_seq),
+               array_agg(s.chunk_seq order by s.score desc, s.object_id, s.chunk_seq)
+          into r_ids, r_scores, r_obj, r_seq
+          from groundkit._search_threshold(_search_pruned.reader_sub, terms, ws, dfs, buckets, v_k1, v_b,
+                                           v_avgdl, v_n, rho, v_rank, v_member,
+                                           _search_pruned.content_types, _search_pruned.space_ids,
+                                           _search_pruned.k, _search_pruned.start_depth,
+                                           _search_pruned.strategy) s;
     end if;
-
-    -- The chosen strategy's top k (one-time filters: only that function runs), merged with the
-    -- pending part's, ties broken by the foundation's order (object_id, chunk_seq).
+    if pend_ids is null then
+        return query select u.id, u.score from unnest(r_ids, r_scores) as u(id, score);
+        return;
+    end if;
     return query
-    select z.chunk_id, z.score
-      from (select s.chunk_id, s.score, s.object_id, s.chunk_seq
-              from groundkit._search_scan(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
-                                          _search_pruned.content_types, _search_pruned.space_ids,
-                                          _search_pruned.k) s
-             where v_strategy = 'scan'
-            union all
-            select s.chunk_id, s.score, s.object_id, s.chunk_seq
-              from groundkit._search_rounds(terms, ws, buckets, v_k1, v_b, v_avgdl, rho, v_rank, v_member,
-                                            _search_pruned.content_types, _search_pruned.space_ids,
-                                            _search_pruned.k, _search_pruned.start_depth) s
-             where v_strategy = 'rounds'
-            union all
-            select s.chunk_id, s.score, s.object_id, s.chunk_seq
-              from groundkit._search_threshold(_search_pruned.reader_sub, terms, ws, dfs, buckets, v_k1, v_b,
-                                               v_avgdl, v_n, rho, v_rank, v_member,
-                                               _search_pruned.content_types, _search_pruned.space_ids,
-                                               _search_pruned.k, _search_pruned.start_depth,
-                                               _search_pruned.strategy) s
-             where v_strategy = 'threshold'
+    select z.id, z.score
+      from (select u.id, u.score, u.object_id, u.chunk_seq
+              from unnest(r_ids, r_scores, r_obj, r_seq) as u(id, score, object_id, chunk_seq)
             union all
             select p.id, p.score, p.object_id, p.chunk_seq
               from unnest(pend_ids, pend_scores, pend_obj, pend_seq) as p(id, score, object_id, chunk_seq)) z
