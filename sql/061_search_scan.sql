@@ -14,8 +14,8 @@
 -- Returns the postings' top k (ties broken by object_id, chunk_seq) with the keys the planner
 -- needs to merge them with the pending part's top k.
 -- One SELECT with no SET clause, so that it is inlined into the statement that calls it (the
--- planner's, planned with its custom plans; the threshold rounds' fallback, with their generic
--- ones) and costs no call. As for _visible_chunk, every relation is schema-qualified, its
+-- planner's, under its plan_cache_mode auto, as before the split; the threshold rounds'
+-- fallback, under their generic plans) and costs no call. As for _visible_chunk, every relation is schema-qualified, its
 -- callers pin search_path = pg_catalog, pg_temp, and PUBLIC may not execute it.
 create or replace function groundkit._search_scan(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,

@@ -20,9 +20,9 @@
 --
 -- The round's steps are functions of their own: the range sizes (_threshold_sizes), the choice
 -- of probed terms (_threshold_plan), the read (_threshold_read) and the lookups
--- (_threshold_lookups). They have no SET clause (a call with one costs a GUC save and restore)
--- and run under this function's settings: the search_path pinned, generic plans. PUBLIC may
--- not execute them (sql/090_roles.sql). Their parameters keep the names the round uses.
+-- (_threshold_lookups). They pin search_path but not plan_cache_mode, so that they run with
+-- this function's generic plans; PUBLIC may not execute them (sql/090_roles.sql). Their
+-- parameters keep the names the round uses.
 
 -- ns[t]: how many postings of t's list, in the reader's buckets, are at or above cuts[t]; and
 -- the counts kept from round to round (k_cuts, k_ns: where each term was last counted, and its
@@ -31,6 +31,7 @@ create or replace function groundkit._threshold_sizes(
     t_terms text[], t_dfs double precision[], cuts double precision[], buckets bigint[],
     inout k_cuts double precision[], inout k_ns bigint[], out ns double precision[])
 language plpgsql stable
+set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -107,6 +108,7 @@ create or replace function groundkit._threshold_plan(
     thr_g double precision, final boolean, v_n double precision, rho double precision,
     out probe boolean[], out p_max double precision, out n_left double precision)
 language plpgsql stable
+set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -223,6 +225,7 @@ create or replace function groundkit._threshold_read(
     out c_ids bigint[], out c_known double precision[], out c_dl integer[], out n_read bigint,
     out fused integer)
 language plpgsql stable
+set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -560,6 +563,7 @@ create or replace function groundkit._threshold_lookups(
     probe boolean[], p_max double precision, thr_f double precision, fused integer,
     v_k1 double precision, v_b double precision, v_avgdl double precision)
 language plpgsql stable
+set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
@@ -783,7 +787,7 @@ begin
             raise debug 'groundkit pruned: threshold counts terms % cuts % counted % sizes % reader %',
                 t_terms, cuts, k_ns, ns, p_reader_sub;
             planned := groundkit._threshold_plan(t_terms, t_ws, t_maxcs, t_dfs, t_bw, ns, cuts, buckets,
-                                              thr_g, final, v_n, rho);
+                                                 thr_g, final, v_n, rho);
             probe := planned.probe;
             p_max := planned.p_max;
             n_left := planned.n_left;
@@ -819,7 +823,7 @@ begin
         thr_f := case when final then thr_g
                       else greatest(x_lb, groundkit._guess_next() * guess) * (1 - groundkit._slack()) end;
         was_read := groundkit._threshold_read(t_terms, t_ws, t_maxcs, t_dfs, cuts, ns, probe, p_max, thr_f,
-                                          buckets, v_k1, v_b, v_avgdl, rho, p_force);
+                                              buckets, v_k1, v_b, v_avgdl, rho, p_force);
         c_ids := was_read.c_ids;
         c_known := was_read.c_known;
         c_dl := was_read.c_dl;
@@ -828,7 +832,7 @@ begin
         raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
             guess, final, cuts, ns, probe, cardinality(c_ids);
         looked_up := groundkit._threshold_lookups(c_ids, c_known, c_dl, t_terms, t_ws, t_maxcs, t_dfs, probe,
-                                             p_max, thr_f, fused, v_k1, v_b, v_avgdl);
+                                                  p_max, thr_f, fused, v_k1, v_b, v_avgdl);
         c_ids := looked_up.c_ids;
         c_known := looked_up.c_known;
         c_dl := looked_up.c_dl;
