@@ -41,6 +41,7 @@ declare
     sk_keys bigint[];
     rest_keys bigint[];
     n_one bigint;
+    lim bigint;
 begin
     -- ns[t]: how many postings that range holds. From the sketches of the
     -- reader's long lists where there are any (docs/bm25.md, "Sketches": counting
@@ -64,11 +65,18 @@ begin
             -- is long; its exact size steers no choice the sketched part has not
             -- made, and a broad reader's private boards hold thousands of a common
             -- term's postings: docs/bm25.md, "Range counts stop at 40,000")
+            -- (bucket by bucket, each an index range of (term, vis_key, imp): the generic plan of
+            -- "vis_key = any" read the term's whole list by its primary key, and this count runs
+            -- again in every round, the sketched lists not being kept from round to round)
             rest_keys := array(select b from unnest(buckets) as b where b <> all (sk_keys));
+            lim := greatest(0, groundkit._count_cap() - least(ceil(n_sk), groundkit._count_cap()))::bigint;
             select count(*) into n_one
-              from (select 1 from groundkit.postings p
-                     where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= cuts[j]
-                     limit greatest(0, groundkit._count_cap() - least(ceil(n_sk), groundkit._count_cap()))::bigint) x;
+              from (select 1
+                      from unnest(rest_keys) as b(vk)
+                     cross join lateral (select 1 from groundkit.postings p
+                                          where p.term = t_terms[j] and p.vis_key = b.vk and p.imp >= cuts[j]
+                                          limit lim) x
+                     limit lim) y;
             k_cuts[j] := null;
             k_ns[j] := null;
             ns[j] := n_sk + n_one;
@@ -242,6 +250,7 @@ declare
     d_ids bigint[];
     d_cut double precision;
     est_d double precision;
+    lim bigint;
     n_sk double precision;
     sk_keys bigint[];
     rest_keys bigint[];
@@ -330,11 +339,16 @@ begin
                 d_cut := greatest(cuts[j], groundkit._imp_cut(taus[j] / t_ws[j], rho));
                 select z.n, z.keys into n_sk, sk_keys
                   from groundkit._sketched_size(t_terms[j], d_cut, buckets) z;
+                -- (bucket by bucket, as in _threshold_sizes)
                 rest_keys := array(select b from unnest(buckets) as b where b <> all (sk_keys));
+                lim := greatest(0, floor(n_big / 5) + 1 - est_d - coalesce(ceil(n_sk), 0))::bigint;
                 select count(*) into n_one
-                  from (select 1 from groundkit.postings p
-                         where p.term = t_terms[j] and p.vis_key = any (rest_keys) and p.imp >= d_cut
-                         limit greatest(0, floor(n_big / 5) + 1 - est_d - coalesce(ceil(n_sk), 0))::bigint) x;
+                  from (select 1
+                          from unnest(rest_keys) as b(vk)
+                         cross join lateral (select 1 from groundkit.postings p
+                                              where p.term = t_terms[j] and p.vis_key = b.vk and p.imp >= d_cut
+                                              limit lim) x
+                         limit lim) y;
                 est_d := est_d + coalesce(n_sk, 0) + n_one;
                 exit when est_d > n_big / 5;
             end loop;
