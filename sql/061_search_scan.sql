@@ -46,11 +46,16 @@ as $$
         select case when count(*) < p_k then '-infinity'::double precision else min(t.score) end as t
           from top t
     )
-    select s.chunk_id, s.score, v.object_id, v.chunk_seq
-      from scored s
-     cross join theta
-     cross join lateral groundkit._visible_chunk(s.chunk_id, p_rank, p_member, p_content_types, p_space_ids) v
-     where s.score >= theta.t
-     order by s.score desc, v.object_id, v.chunk_seq
+    -- (offset 0: the join planned on its own, as it was inside the search's union before the
+    -- split; under the limit, the planner put the tiers' lookups outermost and ran the rest once
+    -- per tier)
+    select z.chunk_id, z.score, z.object_id, z.chunk_seq
+      from (select s.chunk_id, s.score, v.object_id, v.chunk_seq
+              from scored s
+             cross join theta
+             cross join lateral groundkit._visible_chunk(s.chunk_id, p_rank, p_member, p_content_types, p_space_ids) v
+             where s.score >= theta.t
+            offset 0) z
+     order by z.score desc, z.object_id, z.chunk_seq
      limit p_k
 $$;
