@@ -64,8 +64,8 @@ as $$
 $$;
 
 -- A posting's stored impact (postings.imp, docs/bm25.md "Postings"): the BM25 term-frequency
--- part tf / (tf + k1 (1 - b + b dl / avgdl_ref)) with groundkit.bm25_impact's parameters, as a
--- real. The one definition of it for writes, merges, reindex_impacts() and state_checksum():
+-- part (groundkit._tf_part, sql/035_bm25.sql) at the reference length avgdl_ref with
+-- groundkit.bm25_impact's parameters, as a real. The one definition of it for writes, merges, reindex_impacts() and state_checksum():
 -- pruning is exact only while every stored impact is this function of its posting. One
 -- expression with no SET clause, so that it is inlined into the statement that calls it; as
 -- for _top_lb, its callers pin search_path and PUBLIC may not execute it (sql/090_roles.sql).
@@ -75,7 +75,7 @@ create or replace function groundkit._impact(
 returns real
 language sql immutable parallel safe
 as $$
-    select (tf / (tf + k1 * (1 - b + b * doc_len / avgdl_ref)))::real
+    select groundkit._tf_part(tf, doc_len, k1, b, avgdl_ref)::real
 $$;
 
 -- Recompute the derived rows of a set of objects from their latest log events: set-based, so
@@ -89,8 +89,6 @@ $$;
 -- p_pending (put_object and retier_object): the new chunks' postings go to the pending part
 -- (groundkit.pending_postings) and term_stats leaves them out until groundkit.merge_pending()
 -- moves them, unless config.pending_merge_chunks is 0 (docs/bm25.md, "The pending part").
-drop function if exists groundkit._materialize_many(text[]);
-drop function if exists groundkit._materialize_many(text[], boolean);
 create or replace function groundkit._materialize_many(p_ids text[], p_rebuilding boolean default false,
                                                        p_pending boolean default false)
 returns void
@@ -313,6 +311,3 @@ begin
     end if;
 end
 $$;
-
--- Writers call _materialize_many with one id (the one-id wrapper cost a statement per write).
-drop function if exists groundkit._materialize(text);

@@ -191,7 +191,6 @@ $$;
 -- meanwhile are already at the new reference. With no recompute unfinished (another session
 -- ran reindex_impacts() or rebuild() meanwhile, which rewrite every posting), there is nothing
 -- to do: no key.
-drop function if exists groundkit._reindex_step(text, bigint, integer);
 create or replace function groundkit._reindex_step(p_rows integer default 100000)
 returns table (last_term text, last_chunk_id bigint, postings bigint, rewritten bigint)
 language plpgsql

@@ -217,7 +217,6 @@ $$;
 -- merge, how old the planning statistics are, and whether the postings' stored impacts fit the
 -- statistics (docs/bm25.md, "The impact reference"). One row; it counts the chunks (a scan of
 -- their primary key, about 0.1 s at 1M) and the pending part, and reads one row elsewhere.
-drop function if exists groundkit.index_status();
 create or replace function groundkit.index_status()
 returns table (chunks bigint, pending_postings bigint, analyzed_at timestamptz, growth double precision,
                sketched_lists bigint, bitted_terms bigint, k1 double precision, b double precision,

@@ -157,12 +157,21 @@ def test_migration_state_lists_applied_revisions(dsn: str) -> None:
     assert state.current == (state.head,)
 
 
-def test_migrate_replaces_a_helper_whose_outputs_changed(dsn: str) -> None:
-    """Replaceable SQL runs on every migrate, and `create or replace function` cannot change a
-    function's outputs: sql/060_search.sql drops the merged read of revisions 1716589 to 54be43c
-    (a fourth output, n_read) before creating the current one."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("drop function groundkit._merged_read_parallel; drop function groundkit._merged_read")
+def test_revision_0011_drops_a_helper_whose_outputs_changed(empty_dsn: str) -> None:
+    """`create or replace function` cannot change a function's outputs, and another argument list
+    makes an overload: revision 0011 drops, once, the merged read of revisions 1716589 to 54be43c
+    (eleven arguments and a fourth output, n_read), and the replaceable SQL creates today's."""
+    from alembic import command
+
+    from groundkit.migrate import _alembic_config, _engine_connection
+
+    cfg = _alembic_config()
+    cfg.attributes["revisions_only"] = True
+    with _engine_connection(empty_dsn) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0010")
+        conn.commit()
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
         for name in ("_merged_read", "_merged_read_parallel"):
             conn.execute(sql.SQL(
                 "create function {}(text[], double precision[], bigint[], double precision, double precision,"
@@ -170,8 +179,8 @@ def test_migrate_replaces_a_helper_whose_outputs_changed(dsn: str) -> None:
                 " out ids bigint[], out known double precision[], out dls integer[], out n_read bigint)"
                 " language sql as 'select null::bigint[], null::double precision[], null::integer[], 0::bigint'"
             ).format(sql.Identifier("groundkit", name)))
-    groundkit.migrate(dsn)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    groundkit.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
         rows = conn.execute("select proname, proargnames from pg_proc where proname like '\\_merged\\_read%'"
                             " order by proname").fetchall()
         assert [r[0] for r in rows] == ["_merged_read", "_merged_read_parallel"]

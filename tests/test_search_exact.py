@@ -5,7 +5,7 @@ every reader, selective ones included. Three answers are compared:
 
 - ``groundkit._search_pruned`` forced to run the pruned rounds starting one posting deep, so
   it goes through many rounds of pruning and deepening even on a small corpus; forced to scan;
-  forced to run the threshold rounds (also extending every round it may, reading every round
+  forced to run the threshold rounds (also reading every round
   in two passes by shares, reading every round's ranges merged in chunk-id order, and merged in
   four pieces of the chunk ids planned for parallel workers); and left
   to choose (on these small corpora: the scan);
@@ -45,7 +45,6 @@ REL_TOL = 1e-9
 # _search_pruned's strategies, forced (the last one chooses)
 STRATEGIES = (", start_depth => 1", ", start_depth => 3", ", strategy => 'scan'", ", strategy => 'threshold'",
               ", strategy => 'threshold', start_depth => 1", ", strategy => 'threshold', start_depth => 0",
-              ", strategy => 'extend'", ", strategy => 'extend', start_depth => 1",
               ", strategy => 'shares'", ", strategy => 'shares', start_depth => 1",
               ", strategy => 'merge'", ", strategy => 'merge', start_depth => 1",
               ", strategy => 'pieces'", ", strategy => 'pieces', start_depth => 1", "")
@@ -426,10 +425,7 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     """The threshold rounds (docs/bm25.md) on a seeded Zipf-like corpus with long lists, every
     branch taken and every answer exact: a guess too high that goes again, a round done at a
     level below its guess, the final round at the lower bound, probed terms and terms read to a
-    cut, rounds extended instead of run anew (forced with 'extend': on this corpus the cost
-    rule rarely chooses it; some of the fixed queries below, found by search on this corpus,
-    fail if an extension forgets the last round's chunks or skips the lookups of the other read
-    terms), rounds read in two passes by shares (forced with 'shares': the automatic choice
+    cut, rounds read in two passes by shares (forced with 'shares': the automatic choice
     needs ranges of 20,000 postings), and the scan when no lower bound exists (a filter that
     only a dozen chunks, all of them below hundreds of better ones, pass)."""
     gk = community
@@ -445,7 +441,7 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
             for query in queries:
                 for k in (1, 5, 10, 30):
                     want = _rows(raw, "_search_exhaustive", reader, query, k)
-                    for strategy in ("threshold", "extend", "shares", "merge", "pieces"):
+                    for strategy in ("threshold", "shares", "merge", "pieces"):
                         raw.execute("set client_min_messages = debug1")
                         got = _rows(raw, "_search_pruned", reader, query, k, f", strategy => '{strategy}'")
                         raw.execute("reset client_min_messages")
@@ -461,16 +457,12 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     # 'merge' reads in one piece (short ranges), 'pieces' in four
     assert any(m.endswith(" in 1 pieces") for m, _ in merges) and any(m.endswith(" in 4 pieces") for m, _ in merges)
     rounds = [m for m in messages if m.startswith("groundkit pruned: threshold guess")]
-    new = [m for m in rounds if " range sizes " in m]  # the others extend the last round
+    new = [m for m in rounds if " range sizes " in m]
     ends = [m for m in messages if m.startswith("groundkit pruned: threshold theta")]
     assert any(m.endswith("done f") for m in ends), "no guess was too high"
     assert any("(final t)" in m for m in new), "no final round read its ranges anew"
     assert any("t" in m.split("probed ")[1].split(" ")[0] for m in new), "nothing probed"
     assert any(_cut_above_zero(m) for m in new), "no list read to a cut"
-    assert any("extends the last round" in m for m in rounds), "no round extended the last one"
-    # extensions of one read term read it like a round of one range, the others group by chunk
-    ext_one = messages.count("groundkit pruned: threshold extends one range")
-    assert 0 < ext_one < sum("extends the last round" in m for m in rounds), "not both kinds of extension"
     # range counts: each range read to a positive cut is counted up to 40,000 postings; a cut
     # lower than where the last round counted it adds only the postings between the two
     counts = [m for m in messages if m.startswith("groundkit pruned: threshold counts")]
@@ -556,7 +548,7 @@ def _size_messages(raw: psycopg.Connection[Any], queries: list[str], ks: tuple[i
         for query in queries:
             for k in ks:
                 want = _rows(raw, "_search_exhaustive", reader, query, k)
-                for extra in (", strategy => 'threshold'", ", strategy => 'extend'", ", strategy => 'shares'", ""):
+                for extra in (", strategy => 'threshold'", ", strategy => 'shares'", ""):
                     raw.execute("set client_min_messages = debug1")
                     got = _rows(raw, "_search_pruned", reader, query, k, extra)
                     raw.execute("reset client_min_messages")
@@ -745,7 +737,7 @@ def test_strategy_argument_is_checked(community: Groundkit) -> None:
     with psycopg.connect(community.conn.info.dsn, autocommit=True) as raw, pytest.raises(psycopg.Error) as err:
         raw.execute("select * from groundkit._search_pruned('t0', 'granite', 10, strategy => 'fastest')")
     assert err.value.sqlstate == "GK005"
-    assert "strategy must be scan, threshold, extend, shares, merge, pieces or rounds" in str(err.value)
+    assert "strategy must be scan, threshold, shares, merge, pieces or rounds" in str(err.value)
 
 
 def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: str, dsn: str) -> None:
@@ -842,36 +834,49 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
 
 
 ORACLE_NAME = "_search_pruned_oracle"
-ORACLE_FIRST_GUESS = ("            guess := greatest(x_lb, 0.9 * least(tot, t_maxcs[nt]"
+ORACLE_THRESHOLD_NAME = "_search_threshold_oracle"
+ORACLE_FIRST_GUESS = ("    guess := greatest(x_lb, groundkit._guess_first() * least(tot, t_maxcs[nt]"
                       " + coalesce(t_maxcs[nt - 1], 0)));\n")
-ORACLE_AFTER_MAXIMA = "            full_n := (select sum(x) from unnest(t_dfs) as x);\n"
+ORACLE_AFTER_MAXIMA = "    full_n := (select sum(x) from unnest(t_dfs) as x);\n"
 ORACLE_BEFORE_SCAN = "    if v_strategy = 'scan' then\n"
 
 
-def _oracle_function() -> str:
-    """_search_pruned as sql/060_search.sql has it, renamed ORACLE_NAME, with two hooks read from
-    session settings: ``groundkit.oracle_theta`` sets the threshold rounds' first guess just below
-    it, and ``groundkit.oracle_arm = 'prologue'`` returns nothing once the reader, terms,
-    statistics and strategy are known."""
+def _sql_function(file: str, name: str) -> str:
     from pathlib import Path
 
-    text = (Path(__file__).resolve().parents[1] / "sql" / "060_search.sql").read_text(encoding="utf-8")
-    start = text.index("create or replace function groundkit._search_pruned(")
-    fn = text[start:text.index("\n$$;\n", start) + len("\n$$;\n")]
-    for marker in (ORACLE_FIRST_GUESS, ORACLE_AFTER_MAXIMA, ORACLE_BEFORE_SCAN):
-        assert fn.count(marker) == 1, f"sql/060_search.sql changed: {marker.strip()!r} is not found once"
+    text = (Path(__file__).resolve().parents[1] / "sql" / file).read_text(encoding="utf-8")
+    start = text.index(f"create or replace function groundkit.{name}(")
+    return text[start:text.index("\n$$;\n", start) + len("\n$$;\n")]
+
+
+def _oracle_function() -> str:
+    """The planner _search_pruned (sql/069_search.sql) and _search_threshold
+    (sql/064_search_threshold.sql), renamed ORACLE_NAME and ORACLE_THRESHOLD_NAME, with two hooks
+    read from session settings: ``groundkit.oracle_theta`` sets the threshold rounds' first guess
+    just below it, and ``groundkit.oracle_arm = 'prologue'`` returns nothing once the reader,
+    terms, statistics and strategy are known."""
+    thr = _sql_function("064_search_threshold.sql", "_search_threshold")
+    planner = _sql_function("069_search.sql", "_search_pruned")
+    for fn, markers in ((thr, (ORACLE_FIRST_GUESS, ORACLE_AFTER_MAXIMA)),
+                        (planner, (ORACLE_BEFORE_SCAN, "groundkit._search_threshold("))):
+        for marker in markers:
+            assert fn.count(marker) == 1, f"the search SQL changed: {marker.strip()!r} is not found once"
     prologue = "if current_setting('groundkit.oracle_arm', true) = 'prologue' then return; end if;\n"
-    fn = fn.replace(ORACLE_FIRST_GUESS, "            guess := greatest(x_lb, current_setting('groundkit.oracle_theta')"
-                                        "::double precision * (1 - 1e-9));\n")
-    fn = fn.replace(ORACLE_AFTER_MAXIMA, ORACLE_AFTER_MAXIMA + "            " + prologue)
-    fn = fn.replace(ORACLE_BEFORE_SCAN, "    " + prologue + ORACLE_BEFORE_SCAN)
-    return fn.replace("_search_pruned", ORACLE_NAME)  # the name and the qualified parameter names
+    thr = thr.replace(ORACLE_FIRST_GUESS, "    guess := greatest(x_lb, current_setting('groundkit.oracle_theta')"
+                                          "::double precision * (1 - 1e-9));\n")
+    thr = thr.replace(ORACLE_AFTER_MAXIMA, ORACLE_AFTER_MAXIMA + "    " + prologue)
+    # (the threshold rounds return at their own hook, after the maxima; the others before they start)
+    early = prologue.replace("= 'prologue'", "= 'prologue' and v_strategy <> 'threshold'")
+    planner = planner.replace(ORACLE_BEFORE_SCAN, "    " + early + ORACLE_BEFORE_SCAN)
+    planner = planner.replace("groundkit._search_threshold(", f"groundkit.{ORACLE_THRESHOLD_NAME}(")
+    return (thr.replace("_search_threshold", ORACLE_THRESHOLD_NAME) + "\n"
+            + planner.replace("_search_pruned", ORACLE_NAME))  # names and qualified parameter names
 
 
 def test_any_first_guess_is_exact(community: Groundkit) -> None:
     """The threshold rounds are exact whatever their first guess: below the k-th score, at it
-    and above it (docs/bm25.md, "What guessing costs"): the first guess is set through a hook
-    in a copy of _search_pruned (_oracle_function). The copy's 'prologue' arm returns nothing."""
+    and above it (docs/bm25/search.md): the first guess is set through a hook in a copy of the
+    planner and the threshold rounds (_oracle_function). The copy's 'prologue' arm returns nothing."""
     gk = community
     queries = _zipf_corpus(gk)[:10]
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:

@@ -211,10 +211,11 @@ def test_rounds_plan_generically_and_leave_the_setting_alone(community: Groundki
                         " 'threshold')", (), verbose=True)
     prologue = [p for p in plans if "mx as (" in p]
     assert prologue and all("Function Call: unnest($" in p and "{granit" not in p for p in prologue), prologue
-    # (the scan, under the function's auto: custom plans at first, the values written in)
+    # (the scan, inlined into the planner's statement, under its auto: custom plans at first,
+    # the values written in)
     plans = _plans(raw, "select * from groundkit._search_pruned('t3', 'granite quarry', 10, null, null, null,"
                         " 'scan')", (), verbose=True)
-    scan = [p for p in plans if "scored as materialized (" in p]
+    scan = [p for p in plans if "groundkit._search_scan(" in p]
     assert scan and all("Function Call: unnest('{" in p for p in scan), scan
     assert raw.execute("show plan_cache_mode").fetchone() == ("force_custom_plan",)
     with raw.transaction():

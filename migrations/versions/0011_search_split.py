@@ -22,7 +22,34 @@ branch_labels = None
 depends_on = None
 
 # every signature dropped here, one literal statement each
-DROPS: tuple[str, ...] = ()
+DROPS: tuple[str, ...] = (
+    # the search's signature before the strategy argument (an overload would make calls ambiguous)
+    "drop function if exists groundkit._search_pruned(text, text, integer, text[], text[], integer)",
+    # merged reads before partner bits (eleven arguments; revisions 1716589 to 54be43c also had a
+    # fourth output, n_read)
+    "drop function if exists groundkit._merged_read_parallel(text[], double precision[], bigint[],"
+    " double precision, double precision, double precision, double precision, double precision,"
+    " double precision[], integer[], bigint[])",
+    "drop function if exists groundkit._merged_read(text[], double precision[], bigint[],"
+    " double precision, double precision, double precision, double precision, double precision,"
+    " double precision[], integer[], bigint[])",
+    # x_lb from a short list given the partner's bits (revisions 8e2a0e5 to 9aa0bb2), and
+    # returning the bound and the partner (to 333b5bb)
+    "drop function if exists groundkit._short_lb(text[], double precision[], integer, double precision,"
+    " bytea, bigint, bigint[], integer, double precision, double precision, double precision, integer,"
+    " text, text[], text[], integer)",
+    "drop function if exists groundkit._short_lb(text[], double precision[], double precision[], integer,"
+    " bigint[], integer, double precision, double precision, double precision, integer, text, text[],"
+    " text[], integer)",
+    # writers' materializing before the pending part's argument, and its one-id wrapper
+    "drop function if exists groundkit._materialize_many(text[])",
+    "drop function if exists groundkit._materialize_many(text[], boolean)",
+    "drop function if exists groundkit._materialize(text)",
+    # the recompute step's earlier argument list
+    "drop function if exists groundkit._reindex_step(text, bigint, integer)",
+    # index_status() with the columns before revision 0010's (outputs cannot change in place)
+    "drop function if exists groundkit.index_status()",
+)
 
 
 def upgrade() -> None:
