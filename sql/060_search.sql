@@ -217,7 +217,9 @@ as $$
                                                               p_content_types, p_space_ids))
          limit p_k
     ),
-    theta as (
+    -- materialized: once the session caches this function's plan (from its sixth call), an
+    -- inlined theta ran again for every pending chunk (23 ms against 0.7 ms with 552 pending)
+    theta as materialized (
         select case when count(*) < p_k then '-infinity'::double precision else min(t.score) end as t
           from top t
     )
