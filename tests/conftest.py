@@ -110,6 +110,22 @@ def drop_database(server_dsn: str, name: str) -> None:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
 
 
+def upgrade_revisions_only(dsn: str, revision: str) -> None:
+    """Upgrade the database to ``revision`` with the Alembic revisions alone, without today's
+    replaceable SQL (which may need later revisions' columns): the state of a database that an
+    older release migrated, for testing an upgrade from it."""
+    from alembic import command
+
+    from groundkit.migrate import _alembic_config, _engine_connection
+
+    cfg = _alembic_config()
+    cfg.attributes["revisions_only"] = True
+    with _engine_connection(dsn) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+        conn.commit()
+
+
 @pytest.fixture
 def dsn(server_dsn: str, template_db: str) -> Iterator[str]:
     """A DSN for a freshly migrated database of this test's own."""

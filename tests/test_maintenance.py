@@ -21,6 +21,7 @@ import groundkit
 from groundkit import Groundkit, maintenance
 from groundkit.cli import app
 from groundkit.errors import InvalidArgument, InvariantViolation
+from tests.conftest import upgrade_revisions_only
 
 runner = CliRunner()
 WORKER = [sys.executable, "-c", "from groundkit.cli import app; app()", "worker"]
@@ -280,16 +281,7 @@ def test_revision_0012_from_0011(empty_dsn: str) -> None:
     """Migrating a database at revision 0011 to head: the heartbeat table, autovacuum settings on
     the hot tables, and a database with term bits still missing their bytes (revision 0007)
     marked never analyzed, so the first maintenance pass makes them; no manual step."""
-    from alembic import command
-
-    from groundkit.migrate import _alembic_config, _engine_connection
-
-    cfg = _alembic_config()
-    cfg.attributes["revisions_only"] = True
-    with _engine_connection(empty_dsn) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0011")
-        conn.commit()
+    upgrade_revisions_only(empty_dsn, "0011")
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         assert conn.execute("select version_num from groundkit.alembic_version").fetchone() == ("0011",)
         conn.execute("insert into groundkit.term_bits (term, w_max, words) values ('loom', 10, '{1}')")
@@ -311,16 +303,7 @@ def test_revision_0012_from_0011(empty_dsn: str) -> None:
 
 
 def test_revision_0012_keeps_an_analyzed_database_analyzed(empty_dsn: str) -> None:
-    from alembic import command
-
-    from groundkit.migrate import _alembic_config, _engine_connection
-
-    cfg = _alembic_config()
-    cfg.attributes["revisions_only"] = True
-    with _engine_connection(empty_dsn) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0011")
-        conn.commit()
+    upgrade_revisions_only(empty_dsn, "0011")
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         conn.execute("insert into groundkit.term_bits (term, w_max, words, bits)"
                      " values ('loom', 10, '{1}', '\\x0000000000000001')")

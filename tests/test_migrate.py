@@ -15,6 +15,7 @@ from psycopg import sql
 
 import groundkit
 from groundkit import Groundkit, MigrationState
+from tests.conftest import upgrade_revisions_only
 
 
 def schema_fingerprint(dsn: str) -> list[tuple[Any, ...]]:
@@ -161,16 +162,7 @@ def test_revision_0011_drops_a_helper_whose_outputs_changed(empty_dsn: str) -> N
     """`create or replace function` cannot change a function's outputs, and another argument list
     makes an overload: revision 0011 drops, once, the merged read of revisions 1716589 to 54be43c
     (eleven arguments and a fourth output, n_read), and the replaceable SQL creates today's."""
-    from alembic import command
-
-    from groundkit.migrate import _alembic_config, _engine_connection
-
-    cfg = _alembic_config()
-    cfg.attributes["revisions_only"] = True
-    with _engine_connection(empty_dsn) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0010")
-        conn.commit()
+    upgrade_revisions_only(empty_dsn, "0010")
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         for name in ("_merged_read", "_merged_read_parallel"):
             conn.execute(sql.SQL(
@@ -194,16 +186,7 @@ def test_revision_0010_repairs_a_reference_that_is_not_a_number(empty_dsn: str) 
     (the check `avgdl_ref > 0` let it through: Postgres sorts NaN above every number), and every
     impact with it. 0010 forbids that; a database holding one must still migrate, with its
     impacts recomputed at a finite reference, not stop on the new check."""
-    from alembic import command
-
-    from groundkit.migrate import _alembic_config, _engine_connection
-
-    cfg = _alembic_config()
-    cfg.attributes["revisions_only"] = True  # (today's functions need revision 0010's columns)
-    with _engine_connection(empty_dsn) as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0009")
-        conn.commit()
+    upgrade_revisions_only(empty_dsn, "0009")
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         assert conn.execute("select version_num from groundkit.alembic_version").fetchone() == ("0009",)
         conn.execute("update groundkit.bm25_impact set avgdl_ref = 'NaN'")
