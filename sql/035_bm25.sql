@@ -70,6 +70,16 @@ create or replace function groundkit._us_probe() returns double precision
 language sql immutable parallel safe as $$ select 5::double precision $$;
 create or replace function groundkit._us_bit_test() returns double precision
 language sql immutable parallel safe as $$ select 0.3::double precision $$;
+-- (counting a posting of a range, ~0.135 µs: what a new round's counts cost, against an
+-- extension of the last round, "Extending a threshold round")
+create or replace function groundkit._us_count() returns double precision
+language sql immutable parallel safe as $$ select 0.135::double precision $$;
+
+-- A failed threshold round is extended (only the postings between the new cuts and the old
+-- ones read) only when those number fewer than this; more, and a new round costs less
+-- ("Extending a threshold round").
+create or replace function groundkit._extend_max() returns bigint
+language sql immutable parallel safe as $$ select 20000::bigint $$;
 
 -- The threshold rounds' guesses of the final k-th score: the first, this share of the two
 -- largest maxima together ("The first guess from two maxima": 0.9 · the sum was 1.5-2.4 times

@@ -9,18 +9,22 @@
 -- probed terms' maxima sum below g, so every chunk scoring >= g holds a read term and is found
 -- with its exact score. The round is done when k visible chunks reach a level theta >= g less
 -- the slack and no read list holds a posting between the impact theta needs and its cut; else
--- the guess was too high: lower it and go again. The final round, at x_lb (a lower bound on the
+-- the guess was too high: lower it and go again, by a new round or, when the last one failed
+-- only by a gap below its cuts, by extending it (reading only the postings between the new cuts
+-- and the old ones, _threshold_extends). The final round, at x_lb (a lower bound on the
 -- k-th score from real chunks), cannot fail (docs/bm25.md, "The threshold rounds and why they
 -- are exact").
 -- Picked by the planner (groundkit._search_pruned) for two or more terms whose shared postings
--- number more than groundkit._scan_max(terms), and by strategy 'threshold' ('shares': every
+-- number more than groundkit._scan_max(terms), and by strategy 'threshold' ('extend': every
+-- failed round extended whenever that is allowed; 'shares': every
 -- round read in two passes; 'merge': every round merged in chunk-id order; 'pieces': the same
 -- in pieces, planned for parallel workers), with start_depth as how deep the first lower
 -- bound reads (0: none). With no lower bound at all it answers by the scan.
 --
 -- The round's steps are functions of their own: the range sizes (_threshold_sizes), the choice
 -- of probed terms (_threshold_plan), the read (_threshold_read) and the lookups
--- (_threshold_lookups). They pin search_path but not plan_cache_mode, so that they run with
+-- (_threshold_lookups); an extension's choice (_threshold_extends) and read
+-- (_threshold_extend_read). They pin search_path but not plan_cache_mode, so that they run with
 -- this function's generic plans; PUBLIC may not execute them (sql/090_roles.sql). Their
 -- parameters keep the names the round uses.
 
@@ -659,6 +663,106 @@ begin
 end
 $$;
 
+-- Whether a round extends the last one instead of being planned anew (docs/bm25/search.md,
+-- "Extending a threshold round"): it then reads only the postings between each read term's new
+-- cut and its old one (e_cuts), and keeps what those give with the last round's kept chunks.
+-- The caller allows it (exact) only while the guess is at or above the level the last round
+-- kept chunks down to and the same probed terms stay below it. Chosen when the last round
+-- failed only by a gap below its cuts (e_gap: had it kept too few chunks, the same chunks would
+-- be too few again) and the new postings, fewer than _extend_max, cost less to look up in the
+-- other read terms than a new round's counts, reads and probes (e_counted, e_reads, e_cand:
+-- what the last rounds counted, read and probed). p_force 'extend' (tests): whenever allowed.
+-- dn: the new postings. Their counts also advance the range counts kept from round to round
+-- (k_cuts, k_ns), so that a new round does not count them again. Speed only.
+create or replace function groundkit._threshold_extends(
+    t_terms text[], cuts double precision[], e_cuts double precision[], probe boolean[],
+    buckets bigint[], e_gap boolean, e_counted double precision, e_reads double precision,
+    e_cand double precision, p_force text,
+    inout k_cuts double precision[], inout k_ns bigint[], out incr boolean, out dn double precision)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    n_one bigint;
+    j integer;
+begin
+    dn := 0;
+    for j in 1 .. cardinality(t_terms) loop
+        if not probe[j] and e_cuts[j] > 0 then
+            select count(*) into n_one
+              from (select 1 from groundkit.postings p
+                     where p.term = t_terms[j] and p.vis_key = any (buckets)
+                       and p.imp < e_cuts[j] and p.imp >= cuts[j]
+                     limit groundkit._extend_max()) x;
+            dn := dn + n_one;
+            -- (counted at the old cut, and neither count cut short: the count at the new one)
+            if k_cuts[j] = e_cuts[j] and k_ns[j] < groundkit._count_cap() and n_one < groundkit._extend_max() then
+                k_ns[j] := least(k_ns[j] + n_one, groundkit._count_cap());
+                k_cuts[j] := cuts[j];
+            end if;
+        end if;
+    end loop;
+    -- (a new round counts its ranges again, reads them and probes every candidate; an extension
+    -- looks up the other read terms for the chunks the new postings hold, at most dn)
+    incr := coalesce(p_force = 'extend', false)
+            or coalesce(e_gap and dn < groundkit._extend_max()
+                        and groundkit._us_probe() * ((select count(*) from unnest(probe) as x where not x) - 1) * dn
+                            < groundkit._us_count() * e_counted + groundkit._us_read() * e_reads
+                              + groundkit._us_probe() * (select count(*) from unnest(probe) as x where x) * e_cand,
+                        false);
+end
+$$;
+
+-- An extension's read (see _threshold_extends): the chunks with a posting between a read
+-- term's new cut and its old one (e_cuts), scored for every read term (the terms whose new
+-- postings a chunk lacks by primary-key lookups, so its known part is exact), kept when that
+-- plus p_max reaches thr_f (the last round's level). The probe steps then look them up like
+-- any round's candidates. n_new: the chunks read.
+create or replace function groundkit._threshold_extend_read(
+    t_terms text[], t_ws double precision[], cuts double precision[], e_cuts double precision[],
+    probe boolean[], p_max double precision, thr_f double precision, buckets bigint[],
+    v_k1 double precision, v_b double precision, v_avgdl double precision,
+    out c_ids bigint[], out c_known double precision[], out c_dl integer[], out n_new bigint)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    with x as (
+        select x.term, x.w, x.cut, x.ecut
+          from unnest(t_terms, t_ws, cuts, e_cuts, probe) as x(term, w, cut, ecut, pr)
+         where not x.pr
+    ),
+    d as (
+        select p.chunk_id, max(p.doc_len) as dl, array_agg(x.term) as terms,
+               sum(x.w * groundkit._tf_part(p.tf, p.doc_len, v_k1, v_b, v_avgdl)) as known
+          from x
+          join groundkit.postings p on p.term = x.term and p.vis_key = any (buckets)
+                                   and p.imp >= x.cut and p.imp < x.ecut
+         where x.ecut > 0
+         group by p.chunk_id
+    ),
+    -- (materialized: each chunk's lookups run once, not once per use of known below; none when
+    -- a chunk holds every read term's new postings, or one term is read)
+    s as materialized (
+        select d.chunk_id, d.dl,
+               d.known + case when cardinality(d.terms) < (select count(*) from x) then coalesce(
+                   (select sum(x.w * groundkit._tf_part(pp.tf, d.dl, v_k1, v_b, v_avgdl))
+                      from x
+                      join groundkit.postings pp on pp.term = x.term and pp.chunk_id = d.chunk_id
+                     where x.term <> all (d.terms)), 0) else 0 end as known
+          from d
+    )
+    select coalesce(array_agg(s.chunk_id) filter (where s.known + p_max >= thr_f), '{}'),
+           coalesce(array_agg(s.known) filter (where s.known + p_max >= thr_f), '{}'),
+           coalesce(array_agg(s.dl) filter (where s.known + p_max >= thr_f), '{}'),
+           count(*)
+      into c_ids, c_known, c_dl, n_new
+      from s;
+end
+$$;
+
 create or replace function groundkit._search_threshold(
     p_reader_sub text, terms text[], ws double precision[], dfs double precision[], buckets bigint[],
     v_k1 double precision, v_b double precision, v_avgdl double precision, v_n double precision,
@@ -714,7 +818,23 @@ declare
     fused integer;
     theta double precision;
     n_vis integer;
+    -- extending the last round instead of running a new one (_threshold_extends): whether this
+    -- round does, the postings it reads, the last round's kept chunks, cuts and level, whether
+    -- it failed by a gap alone, and what the rounds since the last new one counted, read and
+    -- looked up
+    incr boolean;
+    dn double precision;
+    e_ids bigint[];
+    e_known double precision[];
+    e_cuts double precision[];
+    e_thr double precision;
+    e_gap boolean;
+    e_counted double precision;
+    e_reads double precision;
+    e_cand double precision;
     -- what each step returned (called in an expression: no statement of their own)
+    extends record;
+    extended record;
     sized record;
     planned record;
     was_read record;
@@ -787,8 +907,26 @@ begin
     raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb % rho % buckets %',
         t_terms, t_ws, t_maxcs, x_lb, rho, buckets;
     loop
+        -- Extend the last round (read only the postings between its cuts and this guess's)
+        -- instead of running a new one: allowed, and exact, while the guess is at or above the
+        -- level the last round kept chunks down to and the same probed terms stay below it
+        -- (docs/bm25/search.md, "Extending a threshold round"); chosen by _threshold_extends.
+        incr := false;
+        if e_thr is not null and guess >= e_thr and p_max < guess * (1 - groundkit._slack()) then
+            thr_g := guess * (1 - groundkit._slack());
+            select array_agg(groundkit._imp_cut((thr_g - (tot - x.mc)) / x.w, rho) order by x.i)
+              into cuts
+              from unnest(t_ws, t_maxcs) with ordinality as x(w, mc, i);
+            extends := groundkit._threshold_extends(t_terms, cuts, e_cuts, probe, buckets, e_gap, e_counted,
+                                                    e_reads, e_cand, p_force, k_cuts, k_ns);
+            k_cuts := extends.k_cuts;
+            k_ns := extends.k_ns;
+            incr := extends.incr;
+            dn := extends.dn;
+        end if;
         <<plan>>
         loop
+            exit plan when incr;
             thr_g := guess * (1 - groundkit._slack());
             -- cuts[t]: the least impact a chunk scoring >= guess can have in t's list
             select array_agg(groundkit._imp_cut((thr_g - (tot - x.mc)) / x.w, rho) order by x.i)
@@ -834,22 +972,55 @@ begin
         -- Read the ranges of the terms not probed, keep the candidates that can still reach
         -- thr_f (<= thr_g: the others' values give the next guess a lower bound if this one
         -- fails), then probe the probed terms for them, largest maximum first.
-        thr_f := case when final then thr_g
-                      else greatest(x_lb, groundkit._guess_next() * guess) * (1 - groundkit._slack()) end;
-        was_read := groundkit._threshold_read(t_terms, t_ws, t_maxcs, t_dfs, cuts, ns, probe, p_max, thr_f,
-                                              buckets, v_k1, v_b, v_avgdl, rho, p_force);
-        c_ids := was_read.c_ids;
-        c_known := was_read.c_known;
-        c_dl := was_read.c_dl;
-        n_read := was_read.n_read;
-        fused := was_read.fused;
-        raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
-            guess, final, cuts, ns, probe, cardinality(c_ids);
+        -- An extension keeps chunks down to the last round's level, whose kept chunks it adds.
+        if incr then
+            thr_f := e_thr;
+            extended := groundkit._threshold_extend_read(t_terms, t_ws, cuts, e_cuts, probe, p_max, thr_f,
+                                                         buckets, v_k1, v_b, v_avgdl);
+            c_ids := extended.c_ids;
+            c_known := extended.c_known;
+            c_dl := extended.c_dl;
+            n_read := n_read + extended.n_new;
+            fused := null;
+            e_reads := e_reads + dn;
+            e_cand := e_cand + cardinality(c_ids);
+            raise debug 'groundkit pruned: threshold guess % (final %) cuts % extends the last round by % postings, % candidates',
+                guess, final, cuts, dn, cardinality(c_ids);
+        else
+            thr_f := case when final then thr_g
+                          else greatest(x_lb, groundkit._guess_next() * guess) * (1 - groundkit._slack()) end;
+            was_read := groundkit._threshold_read(t_terms, t_ws, t_maxcs, t_dfs, cuts, ns, probe, p_max, thr_f,
+                                                  buckets, v_k1, v_b, v_avgdl, rho, p_force);
+            c_ids := was_read.c_ids;
+            c_known := was_read.c_known;
+            c_dl := was_read.c_dl;
+            n_read := was_read.n_read;
+            fused := was_read.fused;
+            raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
+                guess, final, cuts, ns, probe, cardinality(c_ids);
+            -- (what an extension of this round is weighed against: its counts, reads and candidates)
+            e_counted := (select coalesce(sum(least(x.n, groundkit._count_cap())), 0)
+                            from unnest(ns, cuts) as x(n, cut) where x.cut > 0);
+            e_reads := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
+            e_cand := cardinality(c_ids);
+        end if;
         looked_up := groundkit._threshold_lookups(c_ids, c_known, c_dl, t_terms, t_ws, t_maxcs, t_dfs, probe,
                                                   p_max, thr_f, fused, v_k1, v_b, v_avgdl);
         c_ids := looked_up.c_ids;
         c_known := looked_up.c_known;
         c_dl := looked_up.c_dl;
+        if incr then
+            -- With the last round's kept chunks. A chunk in both has two values, both at most its
+            -- score; the new one is exact where it matters: keep the larger. (Lengths are not
+            -- carried: kept chunks are probed already, and the next round sets c_dl anew.)
+            select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}')
+              into c_ids, c_known
+              from (select u.id, max(u.known) as known
+                      from (select unnest(e_ids), unnest(e_known)
+                            union all
+                            select unnest(c_ids), unnest(c_known)) as u(id, known)
+                     group by u.id) z;
+        end if;
         -- theta: the k-th score among the kept candidates the reader may see, best-first.
         -- Every chunk scoring at least the guess is kept with its exact score; the others'
         -- values are lower bounds of theirs.
@@ -865,7 +1036,9 @@ begin
         -- below it, the filter kept everything reaching it, and no list read to a cut has a
         -- posting between the impact theta needs and the cut (then a chunk scoring >= theta
         -- was read wherever it was needed). Always so in the final round (guess = x_lb).
-        done := n_vis >= p_k and theta >= p_max * (1 + groundkit._slack()) and theta >= thr_f
+        -- e_gap: all of that but the last, so that only a gap can make the round fail.
+        e_gap := n_vis >= p_k and theta >= p_max * (1 + groundkit._slack()) and theta >= thr_f;
+        done := e_gap
                 and not exists (
                     select 1
                       from unnest(t_terms, t_ws, t_maxcs, cuts, probe) as x(term, w, mc, cut, pr)
@@ -886,6 +1059,11 @@ begin
             return;
         end if;
         exit threshold when final;  -- cannot happen (see above); the scan, to be safe
+        -- What a next round may extend: this round's kept chunks and where they were cut.
+        e_ids := c_ids;
+        e_known := c_known;
+        e_cuts := cuts;
+        e_thr := thr_f;
         -- Too high. k visible kept values are a lower bound (they are lower bounds of real
         -- scores); the next guess is that or 0.8 of this one. Without them, x_lb from the
         -- lists' tops if it is not known yet.

@@ -12,7 +12,8 @@
 -- postings' top k; the planner merges it with the pending part's.
 -- Any strategy's answer is exact; the choice is speed only.
 --
--- strategy (tests and benchmarks) forces one: 'scan', 'rounds', 'threshold' ('shares', 'merge',
+-- strategy (tests and benchmarks) forces one: 'scan', 'rounds', 'threshold' ('extend': the
+-- threshold rounds extending a failed round whenever that is allowed; 'shares', 'merge',
 -- 'pieces': the threshold rounds forcing one way to read every round). Without it, start_depth 0
 -- forces the scan and a positive start_depth the pruned rounds, starting that deep; with the
 -- threshold rounds it is how deep the first lower bound reads (0: none).
@@ -60,8 +61,8 @@ declare
 begin
     perform groundkit._search_check(_search_pruned.query, _search_pruned.k, _search_pruned.content_types);
     if _search_pruned.strategy is not null
-       and _search_pruned.strategy not in ('scan', 'threshold', 'shares', 'merge', 'pieces', 'rounds') then
-        raise exception 'strategy must be scan, threshold, shares, merge, pieces or rounds (got %)', quote_literal(_search_pruned.strategy)
+       and _search_pruned.strategy not in ('scan', 'threshold', 'extend', 'shares', 'merge', 'pieces', 'rounds') then
+        raise exception 'strategy must be scan, threshold, extend, shares, merge, pieces or rounds (got %)', quote_literal(_search_pruned.strategy)
             using errcode = 'GK005';
     end if;
     -- fail closed: no reader row, no results
@@ -139,7 +140,7 @@ begin
     -- lists are short (groundkit._scan_max), where one aggregate over them costs less than any
     -- bookkeeping; otherwise the threshold rounds.
     v_strategy := coalesce(
-        case when _search_pruned.strategy in ('shares', 'merge', 'pieces') then 'threshold' else _search_pruned.strategy end,
+        case when _search_pruned.strategy in ('extend', 'shares', 'merge', 'pieces') then 'threshold' else _search_pruned.strategy end,
         case when _search_pruned.start_depth = 0 then 'scan'
              when _search_pruned.start_depth > 0 then 'rounds' end,
         case when cardinality(terms) = 1 then 'rounds'
