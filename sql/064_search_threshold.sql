@@ -228,12 +228,15 @@ $$;
 -- shares (long ranges where few chunks can be kept), merged in chunk-id order (long whole
 -- lists, groundkit._merged_read), joined (one or two read terms, with the first probed term
 -- looked up by its bits in the same statement: fused, which the lookups then skip), or one
--- aggregate. p_force ('shares', 'merge', 'pieces', for tests) forces a way.
+-- aggregate. p_force ('shares', 'merge', 'pieces', for tests) forces a way. e_hi: infinity,
+-- or for an extension of one read term (docs/bm25/search.md, "Extending a threshold round")
+-- its old cut: its new postings, below e_hi, hold each chunk once and are joined-read as one
+-- range, with the fused term, whatever their number.
 create or replace function groundkit._threshold_read(
     t_terms text[], t_ws double precision[], t_maxcs double precision[], t_dfs double precision[],
     cuts double precision[], ns double precision[], probe boolean[], p_max double precision,
     thr_f double precision, buckets bigint[], v_k1 double precision, v_b double precision,
-    v_avgdl double precision, rho double precision, p_force text,
+    v_avgdl double precision, rho double precision, p_force text, e_hi double precision,
     out c_ids bigint[], out c_known double precision[], out c_dl integer[], out n_read bigint,
     out fused integer)
 language plpgsql stable
@@ -307,7 +310,8 @@ begin
     -- ranges"), when the reader's lists are most of the terms' postings (the
     -- primary key holds every bucket's).
     -- ('merge' and 'pieces', for tests: every round, whatever its cuts.)
-    merged := case when p_force in ('merge', 'pieces') then true
+    merged := case when e_hi < 'infinity' then false
+                   when p_force in ('merge', 'pieces') then true
                    when p_force = 'shares' then false
               else n_big >= groundkit._long_round()
                    and not exists (select 1 from unnest(rd) as r(i) where cuts[r.i] > 0)
@@ -315,6 +319,7 @@ begin
                                       where ts.term in (select t_terms[r.i] from unnest(rd) as r(i)))
               end;
     if (n_big >= groundkit._long_round() or p_force = 'shares') and thr_f - p_max > 1e-4 * abs(thr_f)
+       and e_hi = 'infinity'
        and p_force is distinct from 'merge'
        and p_force is distinct from 'pieces' then
         budget := (thr_f - p_max) * (1 - 1e-7);
@@ -520,7 +525,7 @@ begin
                                   from groundkit.postings a
                                  where cardinality(rd) = 1 and a.term = t_terms[rd[1]]
                                    and a.vis_key = any (buckets) and a.imp >= cuts[rd[1]]
-                                   and a.imp >= hi_a
+                                   and a.imp >= hi_a and a.imp < e_hi
                                 union all
                                 select coalesce(a.chunk_id, b.chunk_id) as id,
                                        coalesce(a.doc_len, b.doc_len) as dl,
@@ -542,7 +547,11 @@ begin
                 offset 0) y;
         -- The chunks read, for "fewer than k": the rows dropped were read too.
         n_read := greatest(n_new, n_long);
-        raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
+        if e_hi < 'infinity' then
+            raise debug 'groundkit pruned: threshold extends one range';
+        else
+            raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
+        end if;
         if fused is not null then
             raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
                 t_terms[fused], b_looked, b_cands;
@@ -973,7 +982,23 @@ begin
         -- thr_f (<= thr_g: the others' values give the next guess a lower bound if this one
         -- fails), then probe the probed terms for them, largest maximum first.
         -- An extension keeps chunks down to the last round's level, whose kept chunks it adds.
-        if incr then
+        if incr and (select count(*) from unnest(probe) as x where not x) = 1 then
+            -- (an extension of one read term: a joined read of its new postings, n_read the last
+            -- round's and those)
+            thr_f := e_thr;
+            was_read := groundkit._threshold_read(t_terms, t_ws, t_maxcs, t_dfs, cuts, ns, probe, p_max, thr_f,
+                                                  buckets, v_k1, v_b, v_avgdl, rho, p_force,
+                                                  (select x.c from unnest(e_cuts, probe) as x(c, pr) where not x.pr));
+            c_ids := was_read.c_ids;
+            c_known := was_read.c_known;
+            c_dl := was_read.c_dl;
+            n_read := n_read + dn;
+            fused := was_read.fused;
+            e_reads := e_reads + dn;
+            e_cand := e_cand + cardinality(c_ids);
+            raise debug 'groundkit pruned: threshold guess % (final %) cuts % extends the last round by % postings, % candidates',
+                guess, final, cuts, dn, cardinality(c_ids);
+        elsif incr then
             thr_f := e_thr;
             extended := groundkit._threshold_extend_read(t_terms, t_ws, cuts, e_cuts, probe, p_max, thr_f,
                                                          buckets, v_k1, v_b, v_avgdl);
@@ -990,7 +1015,7 @@ begin
             thr_f := case when final then thr_g
                           else greatest(x_lb, groundkit._guess_next() * guess) * (1 - groundkit._slack()) end;
             was_read := groundkit._threshold_read(t_terms, t_ws, t_maxcs, t_dfs, cuts, ns, probe, p_max, thr_f,
-                                                  buckets, v_k1, v_b, v_avgdl, rho, p_force);
+                                                  buckets, v_k1, v_b, v_avgdl, rho, p_force, 'infinity');
             c_ids := was_read.c_ids;
             c_known := was_read.c_known;
             c_dl := was_read.c_dl;

@@ -468,6 +468,9 @@ def test_threshold_rounds_all_branches(community: Groundkit) -> None:
     assert any("t" in m.split("probed ")[1].split(" ")[0] for m in new), "nothing probed"
     assert any(_cut_above_zero(m) for m in new), "no list read to a cut"
     assert any("extends the last round" in m for m in rounds), "no round extended the last one"
+    # extensions of one read term read it like a round of one range, the others group by chunk
+    ext_one = messages.count("groundkit pruned: threshold extends one range")
+    assert 0 < ext_one < sum("extends the last round" in m for m in rounds), "not both kinds of extension"
     # range counts: each range read to a positive cut is counted up to 40,000 postings; a cut
     # lower than where the last round counted it adds only the postings between the two
     counts = [m for m in messages if m.startswith("groundkit pruned: threshold counts")]

@@ -45,6 +45,11 @@ DROPS: tuple[str, ...] = (
     "drop function if exists groundkit._materialize_many(text[])",
     "drop function if exists groundkit._materialize_many(text[], boolean)",
     "drop function if exists groundkit._materialize(text)",
+    # a threshold round's read before the extension's upper cut (e_hi)
+    "drop function if exists groundkit._threshold_read(text[], double precision[], double precision[],"
+    " double precision[], double precision[], double precision[], boolean[], double precision,"
+    " double precision, bigint[], double precision, double precision, double precision,"
+    " double precision, text)",
     # the recompute step's earlier argument list
     "drop function if exists groundkit._reindex_step(text, bigint, integer)",
     # index_status() with the columns before revision 0010's (outputs cannot change in place)
