@@ -67,15 +67,6 @@ $$;
 
 -- Move a space's chunks between statistics scopes after its policy (or a tier's rank) changed;
 -- returns how many chunks moved.
-do $drop$
-begin
-    -- it returned void before; a return type cannot be changed in place
-    if (select p.prorettype = 'void'::regtype from pg_catalog.pg_proc p
-         where p.oid = to_regprocedure('groundkit._restat_space(text)')) then
-        drop function groundkit._restat_space(text);
-    end if;
-end
-$drop$;
 create or replace function groundkit._restat_space(p_space_id text) returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp

@@ -181,6 +181,20 @@ def test_revision_0011_drops_a_helper_whose_outputs_changed(empty_dsn: str) -> N
                             " '{}', '{}')").fetchone() == ([], [], [])
 
 
+def test_revision_0011_drops_the_restat_that_returned_void(empty_dsn: str) -> None:
+    """_restat_space returned void before it returned how many chunks it moved; a return type
+    cannot change in place, so revision 0011 drops the old one (and only that one)."""
+    upgrade_revisions_only(empty_dsn, "0010")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("create function groundkit._restat_space(text) returns void language sql as ''")
+    groundkit.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        returns = conn.execute("select prorettype::regtype::text from pg_proc"
+                               " where oid = 'groundkit._restat_space(text)'::regprocedure").fetchone()
+        assert returns == ("bigint",)
+    groundkit.migrate(empty_dsn)  # and again: nothing left to drop, nothing dropped by mistake
+
+
 def test_revision_0010_repairs_a_reference_that_is_not_a_number(empty_dsn: str) -> None:
     """Before revision 0010, reindex_impacts('NaN') stored NaN as the impacts' reference length
     (the check `avgdl_ref > 0` let it through: Postgres sorts NaN above every number), and every

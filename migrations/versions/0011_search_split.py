@@ -49,6 +49,13 @@ DROPS: tuple[str, ...] = (
     "drop function if exists groundkit._reindex_step(text, bigint, integer)",
     # index_status() with the columns before revision 0010's (outputs cannot change in place)
     "drop function if exists groundkit.index_status()",
+    # _restat_space returned void before it returned how many chunks it moved (a return type
+    # cannot change in place); only that older one is dropped
+    "do $drop$ begin"
+    " if (select p.prorettype = 'void'::regtype from pg_catalog.pg_proc p"
+    " where p.oid = to_regprocedure('groundkit._restat_space(text)')) then"
+    " drop function groundkit._restat_space(text); end if;"
+    " end $drop$",
 )
 
 
