@@ -132,10 +132,6 @@ begin
 
     -- Which strategy (speed only: all three are exact). One term: the pruned rounds (k postings
     -- deep is usually enough, however long the list). Several terms: the scan when the reader's
-    -- lists are short, where one aggregate over them costs less than any bookkeeping: at most
-
-    -- Which strategy (speed only: all three are exact). One term: the pruned rounds (k postings
-    -- deep is usually enough, however long the list). Several terms: the scan when the reader's
     -- lists are short (groundkit._scan_max), where one aggregate over them costs less than any
     -- bookkeeping; otherwise the threshold rounds.
     v_strategy := coalesce(
