@@ -55,10 +55,14 @@ def _answers(dsn: str) -> bool:
 
 def _start_slowly_next_time(home: Settings) -> Path:
     """Start the server, make its next start an archive recovery whose restore command sleeps
-    once (SLOW_RESTORE), stop it; returns its data directory."""
+    once (SLOW_RESTORE) and that takes no connection before it ends, stop it; returns its data
+    directory."""
     dsn = embedded.ensure_server(home, quiet=True)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("alter system set restore_command = {}").format(sql.Literal(SLOW_RESTORE)))
+        # As in crash recovery, no connection before the end of recovery: with hot standby on (the
+        # default), an archive recovery says "ready" once consistent, still read-only (seen in CI).
+        conn.execute("alter system set hot_standby = off")
     assert embedded.stop(home)
     pgdata = embedded.data_dir(home)
     (pgdata / "recovery.signal").write_text("")
