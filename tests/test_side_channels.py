@@ -14,11 +14,13 @@ import psycopg
 import pytest
 from psycopg.rows import tuple_row
 
+import groundkit
 from evals.bench.__main__ import main as bench_main
 from groundkit import Groundkit, InvalidArgument
 from groundkit.gate import roles, side_channels
 from groundkit.gate.side_channels import ABSENT, COMMON, KINDS, READER, owner_view, word
 from groundkit.gate.tap import Tap
+from tests.conftest import upgrade_revisions_only
 
 
 def _differences(gk: Groundkit, state: str) -> list[str]:
@@ -153,3 +155,17 @@ def test_query_terms_are_bounded(gk: Groundkit) -> None:
     with pytest.raises(psycopg.Error) as err:
         gk.conn.execute("select * from groundkit.search('nobody', %s)", (" ".join(f"x{i}" for i in range(65)),))
     assert err.value.sqlstate == "GK005"
+
+
+def test_revision_0013_drops_the_pending_counts_by_rank_alone(empty_dsn: str) -> None:
+    """_pending_dfs took the reader's rank and counted every pending posting; today's takes the
+    reader's buckets too, and revision 0013 drops the old overload once."""
+    upgrade_revisions_only(empty_dsn, "0012")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("create function groundkit._pending_dfs(p_terms text[], p_rank integer)"
+                     " returns table (term text, df bigint, present boolean) language sql as"
+                     " 'select null::text, 0::bigint, false'")
+    groundkit.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        rows = conn.execute("select oid::regprocedure::text from pg_proc where proname = '_pending_dfs'").fetchall()
+    assert rows == [("groundkit._pending_dfs(text[],integer,bigint[])",)]

@@ -12,7 +12,9 @@ times each, alternating which goes first, after ``--warm-up`` untimed pairs; the
 word with a common word the reader may see. Per kind and state: the median time of each and
 their ratio (the word's over the absent word's). The control row is a word ``--copies`` chunks
 the reader may see hold: its ratio shows the measurement sees a difference where there is one.
-The target for the invisible kinds: every ratio under 1.2.
+The target for the invisible kinds: every ratio under 1.2. ``--revision REV`` searches with
+that git revision's replaceable SQL instead of the working tree's (the world is built with the
+working tree's), to see how an older search did.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import psycopg
 
 from evals.bench.common import log, scratch_db, server
+from evals.bench.sqlsource import WORKTREE, describe, replaceable_sql
 from groundkit import Groundkit
 from groundkit.gate import roles, side_channels
 from groundkit.gate.side_channels import ABSENT, COMMON, KINDS, READER, STATES, word
@@ -65,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--warm-up", type=int, default=20, help="untimed runs of each pair first")
     ap.add_argument("--filler", type=int, default=3000, help="objects the reader may see")
     ap.add_argument("--copies", type=int, default=1500, help="objects holding each invisible word, per state")
+    ap.add_argument("--revision", default=WORKTREE,
+                    help="search with this git revision's replaceable SQL (default: the working tree's)")
     args = ap.parse_args(argv)
     with server(args.dsn) as server_dsn, scratch_db(server_dsn, "bh_side") as dsn:
         with Groundkit.connect(dsn) as gk:
@@ -73,6 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             _control(gk, args.copies)
             side_channels.add_invisible(gk, args.copies)
             t = time.perf_counter() - t0
+            if args.revision != WORKTREE:
+                for name, text in replaceable_sql(args.revision):
+                    log(f"  {args.revision}: {name}")
+                    gk.conn.execute(text.encode())  # our own SQL file at that revision
             gk.analyze_postings()
             gk.conn.execute("analyze")
         log(f"built the world in {t:.0f} s")
@@ -85,9 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     rows.append((label, state, shape, a, b))
                     log(f"  {label} {state} {shape}: {a:.3f} / {b:.3f} ms")
         out = sys.stdout
-        out.write(f"\nA T1 reader's groundkit.search through a groundkit_reader login: a word only one kind of "
-                  f"content holds ({args.copies:,} objects) against a word nobody holds, with {args.filler:,} "
-                  f"visible objects; medians of {args.runs} alternating runs each\n\n")
+        out.write(f"\nA T1 reader's groundkit.search ({describe(args.revision)}) through a groundkit_reader login: "
+                  f"a word only one kind of content holds ({args.copies:,} objects) against a word nobody holds, "
+                  f"with {args.filler:,} visible objects; medians of {args.runs} alternating runs each\n\n")
         out.write("| kind | state | query | word (ms) | absent word (ms) | ratio |\n|---|---|---|---|---|---|\n")
         for label, state, shape, a, b in rows:
             out.write(f"| {label} | {state} | {shape} | {a:.3f} | {b:.3f} | {a / b:.2f} |\n")
