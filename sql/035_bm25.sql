@@ -18,6 +18,22 @@ as $$
     select tf / (tf + k1 * (1 - b + b * doc_len / avgdl))
 $$;
 
+-- A term's contribution to a chunk's score: its weight times its tf-part, rounded down to a
+-- multiple of 2^-36. Scores are sums of these, and sums of multiples of 2^-36 below 2^16 are
+-- exact in double precision, so a score does not depend on the order its terms were added in:
+-- the plan (a hash or a sorted aggregate, a join order, which a session's settings change)
+-- cannot move its last bit, and two chunks with the same text tie exactly and are ordered by
+-- (object_id, chunk_seq). Rounded down, never up: every bound on a contribution the pruned
+-- strategies use (_imp_ub, the maxima) is a bound on this one too.
+create or replace function groundkit._score_part(
+    w double precision, tf integer, doc_len integer, k1 double precision, b double precision,
+    avgdl double precision)
+returns double precision
+language sql immutable parallel safe
+as $$
+    select floor(w * groundkit._tf_part(tf, doc_len, k1, b, avgdl) * 68719476736.0) / 68719476736.0
+$$;
+
 -- BM25's inverse document frequency (the Lucene form, never negative) of a term held by df of
 -- n chunks; both counted over the reader's scopes only (docs/bm25.md, "Statistics scoping").
 create or replace function groundkit._idf(n double precision, df double precision)
@@ -90,3 +106,8 @@ create or replace function groundkit._short_max() returns double precision
 language sql immutable parallel safe as $$ select 10000::double precision $$;
 create or replace function groundkit._short_min() returns double precision
 language sql immutable parallel safe as $$ select 50000::double precision $$;
+
+-- The most distinct terms a query may have (GK005 past it): a query's cost grows with its
+-- terms (300 took 1.2-2.0 s on 8,000 objects), and 64 is more than any typed query holds.
+create or replace function groundkit._max_terms() returns integer
+language sql immutable parallel safe as $$ select 64 $$;

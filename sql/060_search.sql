@@ -63,6 +63,19 @@ as $$
        and (p_space_ids is null or o.space_id = any (p_space_ids))
 $$;
 
+-- Whether search may say how it ran (raise debug): only to a session whose login is a member of
+-- the role running the search, the owner (groundkit.search is SECURITY DEFINER). The rounds'
+-- figures (depths, candidates, bounds, range sizes) come from the reader's buckets, which can
+-- hold chunks the predicate then hides, so a reader's login is told nothing; a reader cannot
+-- change its login or its memberships. Inlined (no SET clause, no relation): one test where a
+-- line would be raised.
+create or replace function groundkit._debug_allowed()
+returns boolean
+language sql stable
+as $$
+    select pg_catalog.pg_has_role(session_user, current_user, 'member')
+$$;
+
 -- The argument checks every search path shares.
 create or replace function groundkit._search_check(query text, k integer, content_types text[])
 returns void
@@ -77,6 +90,11 @@ begin
     end if;
     if length(query) > 4096 then
         raise exception 'query is % characters long; the limit is 4096', length(query)
+            using errcode = 'GK005';
+    end if;
+    if (select count(*) from groundkit.query_terms(query)) > groundkit._max_terms() then
+        raise exception 'query has % distinct terms; the limit is %',
+            (select count(*) from groundkit.query_terms(query)), groundkit._max_terms()
             using errcode = 'GK005';
     end if;
     if k is null or k < 1 or k > 200 then
@@ -143,7 +161,7 @@ begin
     ),
     scored as (
         select p.chunk_id,
-               sum(w.w * groundkit._tf_part(p.tf, c.doc_len, cfg.k1, cfg.b, w.avgdl)) as score
+               sum(groundkit._score_part(w.w, p.tf, c.doc_len, cfg.k1, cfg.b, w.avgdl)) as score
           from weights w
           join (select p.term, p.chunk_id, p.tf from groundkit.postings p
                 union all
@@ -168,9 +186,14 @@ $$;
 -- whole for every term: these functions never scan it sequentially, whatever its size was when
 -- they were planned.
 --
--- Each term's pending postings: how many count in the statistics of a reader of rank p_rank,
--- and whether there are any. One call a search (a call with a SET clause costs tens of µs).
-create or replace function groundkit._pending_dfs(p_terms text[], p_rank integer)
+-- Each term's pending postings in the reader's buckets (p_buckets): how many count in the
+-- statistics of a reader of rank p_rank, and whether there are any. Only the reader's buckets:
+-- whether the pending part is scored, and how long that takes, must not depend on what the
+-- reader may not see (a word only invisible pending content held was scored and timed apart
+-- from an absent word). Every posting counted in the statistics is in a bucket of the reader
+-- (a shared chunk's bucket is its scope's rank). One call a search (a call with a SET clause
+-- costs tens of µs).
+create or replace function groundkit._pending_dfs(p_terms text[], p_rank integer, p_buckets bigint[])
 returns table (term text, df bigint, present boolean)
 language sql stable
 set search_path = pg_catalog, pg_temp
@@ -185,7 +208,7 @@ as $$
       from unnest(p_terms) as t(term)
      cross join lateral (select count(*) filter (where pp.stat_scope <= p_rank) as df, count(*) as n
                            from groundkit.pending_postings pp
-                          where pp.term = t.term) x
+                          where pp.term = t.term and pp.vis_key = any (p_buckets)) x
 $$;
 
 -- The pending chunks' top k for a reader: every pending chunk holding a query term in the
@@ -203,7 +226,7 @@ set enable_seqscan = off
 as $$
     with scored as materialized (
         select pp.chunk_id,
-               sum(q.w * groundkit._tf_part(pp.tf, pp.doc_len, p_k1, p_b, p_avgdl)) as score
+               sum(groundkit._score_part(q.w, pp.tf, pp.doc_len, p_k1, p_b, p_avgdl)) as score
           from unnest(p_terms, p_ws) as q(term, w)
          -- offset 0: a subquery per term, read by its key (never the whole part hashed)
          cross join lateral (select p.chunk_id, p.tf, p.doc_len from groundkit.pending_postings p

@@ -29,7 +29,7 @@ as $$
         select x.term, x.w from unnest(p_terms, p_ws) as x(term, w)
     ),
     scored as materialized (
-        select p.chunk_id, sum(q.w * groundkit._tf_part(p.tf, p.doc_len, p_k1, p_b, p_avgdl)) as score
+        select p.chunk_id, sum(groundkit._score_part(q.w, p.tf, p.doc_len, p_k1, p_b, p_avgdl)) as score
           from q
           join groundkit.postings p on p.term = q.term and p.vis_key = any (p_buckets)
          group by p.chunk_id

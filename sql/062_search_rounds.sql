@@ -95,7 +95,7 @@ begin
         ),
         p as (
             select q.i, b.vk, x.chunk_id, x.imp, x.doc_len,
-                   q.w * groundkit._tf_part(x.tf, x.doc_len, p_k1, p_b, p_avgdl) as s
+                   groundkit._score_part(q.w, x.tf, x.doc_len, p_k1, p_b, p_avgdl) as s
               from q
              cross join unnest(p_buckets) as b(vk)
              cross join lateral (
@@ -135,8 +135,10 @@ begin
                   from (select unnest(c_lb) as lb, unnest(c_seen) as seen) u
                  order by 1 desc limit p_k) z;
         if ub_unseen > 0 and (cardinality(c_ids) < p_k or kth_ub < ub_unseen) then
-            raise debug 'groundkit pruned: depths % candidates % ub_unseen % kth_ub %: deeper',
-                depths, cardinality(c_ids), ub_unseen, kth_ub;
+            if groundkit._debug_allowed() then
+                raise debug 'groundkit pruned: depths % candidates % ub_unseen % kth_ub %: deeper',
+                    depths, cardinality(c_ids), ub_unseen, kth_ub;
+            end if;
             continue;
         end if;
 
@@ -192,7 +194,9 @@ begin
         -- read deeper instead (the bounds fall, and with them the survivors). Speed only: every
         -- round may be skipped except the last, when ub_unseen is 0.
         if ub_unseen > 0 and cardinality(s_ids) > greatest(8 * p_k, n_read / 4) then
-            raise debug 'groundkit pruned: depths % survivors % read %: deeper', depths, cardinality(s_ids), n_read;
+            if groundkit._debug_allowed() then
+                raise debug 'groundkit pruned: depths % survivors % read %: deeper', depths, cardinality(s_ids), n_read;
+            end if;
             continue;
         end if;
 
@@ -200,7 +204,7 @@ begin
         select coalesce(array_agg(z.id order by z.score desc), '{}'),
                coalesce(array_agg(z.score order by z.score desc), '{}')
           into a_ids, a_scores
-          from (select u.id, sum(q.w * groundkit._tf_part(pp.tf, u.dl, p_k1, p_b, p_avgdl)) as score
+          from (select u.id, sum(groundkit._score_part(q.w, pp.tf, u.dl, p_k1, p_b, p_avgdl)) as score
                   from (select unnest(s_ids) as id, unnest(s_dl) as dl) u
                  cross join unnest(p_terms, p_ws) as q(term, w)
                  join groundkit.postings pp on pp.term = q.term and pp.chunk_id = u.id
@@ -244,7 +248,9 @@ begin
         end if;
     end loop;
 
-    raise debug 'groundkit pruned: done at depths % with ub_unseen %', depths, ub_unseen;
+    if groundkit._debug_allowed() then
+        raise debug 'groundkit pruned: done at depths % with ub_unseen %', depths, ub_unseen;
+    end if;
     return query select u.id, u.score, u.object_id, u.chunk_seq
                    from unnest(r_ids, r_scores, r_obj, r_seq) as u(id, score, object_id, chunk_seq);
 end

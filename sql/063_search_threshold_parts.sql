@@ -108,7 +108,7 @@ declare
     partners text[];
     -- a chunk's known part, once for the select list and the having clause (the same text: one
     -- aggregate, computed once, and the chunks kept are those whose returned part reaches p_thr)
-    known_sum constant text := 'sum(p.w * groundkit._tf_part(p.tf, p.doc_len, $4, $5, $6))';
+    known_sum constant text := 'sum(groundkit._score_part(p.w, p.tf, p.doc_len, $4, $5, $6))';
 begin
     p_splits := coalesce(p_splits, '{}');
     if coalesce(cardinality(p_rd), 0) = 0 then
@@ -217,12 +217,12 @@ as $$
         select p.chunk_id, max(p.doc_len) as dl
           from p
          group by p.chunk_id
-         order by sum(p.w * groundkit._tf_part(p.tf, p.doc_len, p_k1, p_b, p_avgdl)) desc
+         order by sum(groundkit._score_part(p.w, p.tf, p.doc_len, p_k1, p_b, p_avgdl)) desc
          limit p_cands
     ),
     scored as (
         select c.chunk_id,
-               sum(q.w * groundkit._tf_part(pp.tf, c.dl, p_k1, p_b, p_avgdl)) as score
+               sum(groundkit._score_part(q.w, pp.tf, c.dl, p_k1, p_b, p_avgdl)) as score
           from cand c
          cross join q
           join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
@@ -280,7 +280,7 @@ begin
         select p.chunk_id, p.doc_len as dl
           from groundkit.postings p
          where p.term = p_terms[p_short] and p.vis_key = any (p_buckets)
-         order by p_ws[p_short] * groundkit._tf_part(p.tf, p.doc_len, p_k1, p_b, p_avgdl)
+         order by groundkit._score_part(p_ws[p_short], p.tf, p.doc_len, p_k1, p_b, p_avgdl)
                   -- (in this order: get_bit fails past the end of the bytes)
                   + case when p.chunk_id > v_wmax then v_mc
                          when get_bit(v_bits, p.chunk_id) = 1 then v_mc
@@ -289,7 +289,7 @@ begin
     ),
     scored as (
         select c.chunk_id,
-               sum(q.w * groundkit._tf_part(pp.tf, c.dl, p_k1, p_b, p_avgdl)) as score
+               sum(groundkit._score_part(q.w, pp.tf, c.dl, p_k1, p_b, p_avgdl)) as score
           from cand c
          cross join q
           join groundkit.postings pp on pp.term = q.term and pp.chunk_id = c.chunk_id
@@ -301,8 +301,10 @@ begin
              where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
                                                                   p_content_types, p_space_ids))
              limit p_k) z;
-    raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
-        lb, p_terms[p_short], partner, p_x_lb;
+    if groundkit._debug_allowed() then
+        raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',
+            lb, p_terms[p_short], partner, p_x_lb;
+    end if;
     return greatest(p_x_lb, lb);
 end
 $$;

@@ -212,7 +212,9 @@ begin
     p_max := best_p_max;
     n_left := (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr);
     if best_cand is not null then
-        raise debug 'groundkit pruned: threshold final round estimated at % candidates', round(best_cand);
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: threshold final round estimated at % candidates', round(best_cand);
+        end if;
     end if;
 end
 $$;
@@ -353,7 +355,9 @@ begin
                 exit when est_d > n_big / 5;
             end loop;
         end if;
-        raise debug 'groundkit pruned: threshold D estimated at % of % postings', est_d, n_big;
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: threshold D estimated at % of % postings', est_d, n_big;
+        end if;
         if est_d <= n_big / 5 then
             -- (Not cut short: D is whole, however far the estimate was off, for
             -- sketches can be stale. A chunk may be in D twice: harmless for the
@@ -365,8 +369,10 @@ begin
                         on p.term = x.term and p.vis_key = any (buckets)
                        and p.imp >= greatest(x.cut, groundkit._imp_cut(x.tau / x.w, rho))
                      where not x.pr
-                       and x.w * groundkit._tf_part(p.tf, p.doc_len, v_k1, v_b, v_avgdl) >= x.tau) s;
-            raise debug 'groundkit pruned: threshold shares % D % of % postings, two passes', taus, n_one, n_big;
+                       and groundkit._score_part(x.w, p.tf, p.doc_len, v_k1, v_b, v_avgdl) >= x.tau) s;
+            if groundkit._debug_allowed() then
+                raise debug 'groundkit pruned: threshold shares % D % of % postings, two passes', taus, n_one, n_big;
+            end if;
         end if;
     end if;
     -- A joined read (below) also looks up the first probed term (the largest
@@ -396,7 +402,7 @@ begin
                  ),
                  cand as (
                      select p.chunk_id,
-                            sum(q.w * groundkit._tf_part(p.tf, p.doc_len, $5, $6, $7)) as known,
+                            sum(groundkit._score_part(q.w, p.tf, p.doc_len, $5, $6, $7)) as known,
                             max(p.doc_len) as dl
                        from q
                        join groundkit.postings p
@@ -444,8 +450,10 @@ begin
                   from generate_series(1, nt) as x(i)
                  order by x.i);
             if true = any (m_filter) then
-                raise debug 'groundkit pruned: threshold merged read tests partner bits for %',
-                    array(select t_terms[x.i] from generate_series(1, nt) as x(i) where m_filter[x.i]);
+                if groundkit._debug_allowed() then
+                    raise debug 'groundkit pruned: threshold merged read tests partner bits for %',
+                        array(select t_terms[x.i] from generate_series(1, nt) as x(i) where m_filter[x.i]);
+                end if;
             else
                 m_filter := null;
             end if;
@@ -471,8 +479,10 @@ begin
         end if;
         -- The chunks read, for "fewer than k" below: at least the longest range.
         n_read := greatest(cardinality(c_ids), n_long);
-        raise debug 'groundkit pruned: threshold merges % lists in % pieces', cardinality(rd),
-            cardinality(m_splits) + 1;
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: threshold merges % lists in % pieces', cardinality(rd),
+                cardinality(m_splits) + 1;
+        end if;
     elsif joined then
         -- One or two terms read (docs/bm25.md, "How a round reads its ranges"): a
         -- term's range holds a chunk at most once, so the two ranges are joined by
@@ -505,13 +515,13 @@ begin
           into c_ids, c_known, c_dl, b_looked, b_cands, n_new
           from (select z.id, z.dl, z.kept, x.absent,
                        z.known + case when fused is null or not z.kept or x.absent then 0
-                                      else coalesce((select w_f * groundkit._tf_part(pp.tf, z.dl, v_k1, v_b, v_avgdl)
+                                      else coalesce((select groundkit._score_part(w_f, pp.tf, z.dl, v_k1, v_b, v_avgdl)
                                                        from groundkit.postings pp
                                                       where pp.term = t_terms[fused] and pp.chunk_id = z.id), 0)
                                  end as known
                   from (select w.id, w.dl, w.known, w.known + p_max >= thr_f as kept
                           from (select a.chunk_id as id, a.doc_len as dl,
-                                       w_a * groundkit._tf_part(a.tf, a.doc_len, v_k1, v_b, v_avgdl)
+                                       groundkit._score_part(w_a, a.tf, a.doc_len, v_k1, v_b, v_avgdl)
                                            as known
                                   from groundkit.postings a
                                  where cardinality(rd) = 1 and a.term = t_terms[rd[1]]
@@ -520,8 +530,8 @@ begin
                                 union all
                                 select coalesce(a.chunk_id, b.chunk_id) as id,
                                        coalesce(a.doc_len, b.doc_len) as dl,
-                                       coalesce(w_a * groundkit._tf_part(a.tf, a.doc_len, v_k1, v_b, v_avgdl), 0)
-                                       + coalesce(w_b * groundkit._tf_part(b.tf, b.doc_len, v_k1, v_b, v_avgdl), 0)
+                                       coalesce(groundkit._score_part(w_a, a.tf, a.doc_len, v_k1, v_b, v_avgdl), 0)
+                                       + coalesce(groundkit._score_part(w_b, b.tf, b.doc_len, v_k1, v_b, v_avgdl), 0)
                                            as known
                                   from (select p.chunk_id, p.tf, p.doc_len, p.imp from groundkit.postings p
                                          where cardinality(rd) = 2 and p.term = t_terms[rd[1]]
@@ -538,10 +548,14 @@ begin
                 offset 0) y;
         -- The chunks read, for "fewer than k": the rows dropped were read too.
         n_read := greatest(n_new, n_long);
-        raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: threshold joins % ranges', cardinality(rd);
+        end if;
         if fused is not null then
-            raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
-                t_terms[fused], b_looked, b_cands;
+            if groundkit._debug_allowed() then
+                raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
+                    t_terms[fused], b_looked, b_cands;
+            end if;
         end if;
     else
         with q as (
@@ -551,7 +565,7 @@ begin
         ),
         cand as (
             select p.chunk_id,
-                   sum(q.w * groundkit._tf_part(p.tf, p.doc_len, v_k1, v_b, v_avgdl)) as known,
+                   sum(groundkit._score_part(q.w, p.tf, p.doc_len, v_k1, v_b, v_avgdl)) as known,
                    max(p.doc_len) as dl
               from q
               join groundkit.postings p on p.term = q.term and p.vis_key = any (buckets) and p.imp >= q.cut
@@ -619,7 +633,7 @@ begin
               into c_ids, c_known, c_dl, b_looked, b_cands
               from (select v.id, v.dl, y.absent,
                            v.known + case when y.absent then 0
-                                          else coalesce((select w_f * groundkit._tf_part(pp.tf, v.dl, v_k1, v_b, v_avgdl)
+                                          else coalesce((select groundkit._score_part(w_f, pp.tf, v.dl, v_k1, v_b, v_avgdl)
                                                            from groundkit.postings pp
                                                           where pp.term = t_terms[j] and pp.chunk_id = v.id), 0)
                                      end as known
@@ -627,14 +641,16 @@ begin
                      cross join lateral (
                            select v.id <= bw and (bm[(v.id >> 6) + 1] >> (v.id & 63)::integer) & 1 = 0 as absent) y
                     offset 0) z;
-            raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
-                t_terms[j], b_looked, b_cands;
+            if groundkit._debug_allowed() then
+                raise debug 'groundkit pruned: threshold term bits of % leave % of % candidates to look up',
+                    t_terms[j], b_looked, b_cands;
+            end if;
         elsif cardinality(c_ids)::double precision * 200 >= t_dfs[j] then
             select coalesce(array_agg(z.id), '{}'), coalesce(array_agg(z.known), '{}'),
                    coalesce(array_agg(z.dl), '{}')
               into c_ids, c_known, c_dl
               from (select g.id, max(g.dl) as dl,
-                           max(g.known) + coalesce(w_f * groundkit._tf_part(max(g.tf), max(g.dl), v_k1, v_b, v_avgdl),
+                           max(g.known) + coalesce(groundkit._score_part(w_f, max(g.tf), max(g.dl), v_k1, v_b, v_avgdl),
                                                    0) as known
                       from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl,
                                    null::integer as tf
@@ -648,7 +664,7 @@ begin
                    coalesce(array_agg(z.dl), '{}')
               into c_ids, c_known, c_dl
               from (select u.id, u.dl,
-                           u.known + coalesce(w_f * groundkit._tf_part(pp.tf, u.dl, v_k1, v_b, v_avgdl), 0) as known
+                           u.known + coalesce(groundkit._score_part(w_f, pp.tf, u.dl, v_k1, v_b, v_avgdl), 0) as known
                       from (select unnest(c_ids) as id, unnest(c_known) as known, unnest(c_dl) as dl
                              order by 1) u
                       left join lateral (select p1.tf from groundkit.postings p1
@@ -784,8 +800,10 @@ begin
     -- first guess from two maxima").
     guess := greatest(x_lb, groundkit._guess_first() * least(tot, t_maxcs[nt] + coalesce(t_maxcs[nt - 1], 0)));
     final := guess <= x_lb;
-    raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb % rho % buckets %',
-        t_terms, t_ws, t_maxcs, x_lb, rho, buckets;
+    if groundkit._debug_allowed() then
+        raise debug 'groundkit pruned: threshold terms % weights % maxima % x_lb % rho % buckets %',
+            t_terms, t_ws, t_maxcs, x_lb, rho, buckets;
+    end if;
     loop
         <<plan>>
         loop
@@ -798,8 +816,10 @@ begin
             k_cuts := sized.k_cuts;
             k_ns := sized.k_ns;
             ns := sized.ns;
-            raise debug 'groundkit pruned: threshold counts terms % cuts % counted % sizes % reader %',
-                t_terms, cuts, k_ns, ns, p_reader_sub;
+            if groundkit._debug_allowed() then
+                raise debug 'groundkit pruned: threshold counts terms % cuts % counted % sizes % reader %',
+                    t_terms, cuts, k_ns, ns, p_reader_sub;
+            end if;
             planned := groundkit._threshold_plan(t_terms, t_ws, t_maxcs, t_dfs, t_bw, ns, cuts, buckets,
                                                  thr_g, final, v_n, rho);
             probe := planned.probe;
@@ -822,7 +842,9 @@ begin
                                                 p_space_ids, p_k, x_lb);
                 end if;
                 x_pending := false;
-                raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, for the final round', x_lb;
+                if groundkit._debug_allowed() then
+                    raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, for the final round', x_lb;
+                end if;
             end if;
             final := true;
             guess := x_lb;
@@ -843,8 +865,10 @@ begin
         c_dl := was_read.c_dl;
         n_read := was_read.n_read;
         fused := was_read.fused;
-        raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
-            guess, final, cuts, ns, probe, cardinality(c_ids);
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: threshold guess % (final %) cuts % range sizes % probed % candidates %',
+                guess, final, cuts, ns, probe, cardinality(c_ids);
+        end if;
         looked_up := groundkit._threshold_lookups(c_ids, c_known, c_dl, t_terms, t_ws, t_maxcs, t_dfs, probe,
                                                   p_max, thr_f, fused, v_k1, v_b, v_avgdl);
         c_ids := looked_up.c_ids;
@@ -874,7 +898,9 @@ begin
                                     where p.term = x.term and p.vis_key = any (buckets)
                                       and p.imp < x.cut
                                       and p.imp >= groundkit._imp_cut((theta * (1 - groundkit._slack()) - (tot - x.mc)) / x.w, rho)));
-        raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: threshold theta % visible % done %', theta, n_vis, done;
+        end if;
         if done then
             return query
             select u.id, u.score, v.object_id, v.chunk_seq
@@ -902,8 +928,10 @@ begin
                                             p_space_ids, p_k, x_lb);
             end if;
             x_pending := false;
-            raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, after a round that kept % visible chunks',
-                x_lb, n_vis;
+            if groundkit._debug_allowed() then
+                raise debug 'groundkit pruned: threshold x_lb % from the lists'' tops, after a round that kept % visible chunks',
+                    x_lb, n_vis;
+            end if;
         end if;
         guess := greatest(x_lb, groundkit._guess_next() * guess);
         if n_read < p_k then
@@ -920,7 +948,9 @@ begin
 end;
 
     -- No lower bound (fewer than k visible chunks hold any read term, or none was found): the scan.
-    raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
+    if groundkit._debug_allowed() then
+        raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
+    end if;
     return query select * from groundkit._search_scan(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
                                                      p_content_types, p_space_ids, p_k);
 end

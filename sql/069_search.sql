@@ -79,6 +79,19 @@ begin
         return;
     end if;
 
+    -- The reader's buckets: the lists search reads (docs/bm25/design.md). Shared content of
+    -- ranks up to the reader's; the private spaces granted to the reader whose policy lets the
+    -- reader's tier in (a member moved to a lower tier keeps their grants, and the lists of a
+    -- space they may no longer see were read, and timed, as theirs); the reader's own notes.
+    buckets := array(
+        select t.rank::bigint from groundkit.tiers t where t.rank <= v_rank
+        union
+        select groundkit._vis_key(false, null, true, g.space_id, null)
+          from groundkit.space_grants g join groundkit.spaces s on s.space_id = g.space_id
+          join groundkit.tiers st on st.name = s.min_tier
+         where g.member_sub = v_member and s.private and st.rank <= v_rank
+        union
+        select groundkit._vis_key(true, v_member, false, null, null));
     select coalesce(sum(s.n_chunks), 0), coalesce(sum(s.total_len), 0) into v_n, v_total
       from groundkit.scope_stats s where s.scope <= v_rank;
     v_avgdl := case when v_n > 0 and v_total > 0 then v_total / v_n else 1 end;
@@ -95,19 +108,11 @@ begin
                     + pd.df)::double precision as df,
                    pd.present as pend
               from qt q
-              join groundkit._pending_dfs((select array_agg(x.term) from qt x), v_rank) pd
+              join groundkit._pending_dfs((select array_agg(x.term) from qt x), v_rank, buckets) pd
                 on pd.term = q.term) q;
     if terms is null then
         return;
     end if;
-    buckets := array(
-        select t.rank::bigint from groundkit.tiers t where t.rank <= v_rank
-        union
-        select groundkit._vis_key(false, null, true, g.space_id, null)
-          from groundkit.space_grants g join groundkit.spaces s on s.space_id = g.space_id
-         where g.member_sub = v_member and s.private
-        union
-        select groundkit._vis_key(true, v_member, false, null, null));
     -- The impacts were computed with avgdl_ref; a reader whose average length is larger gets
     -- larger tf-parts, bounded through rho (groundkit._imp_ub, _imp_cut; docs/bm25.md, "The
     -- impact reference"). While a recompute in steps is under way, some postings are still at
@@ -127,7 +132,9 @@ begin
           from groundkit._pending_top(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
                                       _search_pruned.content_types, _search_pruned.space_ids,
                                       _search_pruned.k) z;
-        raise debug 'groundkit pruned: % pending chunks in the top k of the pending part', cardinality(pend_ids);
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: % pending chunks in the top k of the pending part', cardinality(pend_ids);
+        end if;
     end if;
 
     -- Which strategy (speed only: all three are exact). One term: the pruned rounds (k postings
@@ -145,7 +152,9 @@ begin
     -- The chosen strategy's top k, in its order (object_id, chunk_seq break ties), then merged
     -- with the pending part's.
     if v_strategy = 'scan' then
-        raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
+        end if;
         select array_agg(s.chunk_id order by s.score desc, s.object_id, s.chunk_seq),
                array_agg(s.score order by s.score desc, s.object_id, s.chunk_seq),
                array_agg(s.object_id order by s.score desc, s.object_id, s.chunk_seq),

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from groundkit import Groundkit, InvalidArgument, SearchHit
+from tests.test_search_exact import score_part
 
 Raw = psycopg.Connection[tuple[Any, ...]]
 Rollback = Callable[[], AbstractContextManager[Groundkit]]
@@ -104,7 +105,8 @@ class World:
             if not matched:
                 continue
             score = sum(
-                idf[t] * d.terms[t] / (d.terms[t] + K1 * (1 - B + B * d.length / avgdl)) for t in matched
+                score_part(idf[t], d.terms[t] / (d.terms[t] + K1 * (1 - B + B * d.length / avgdl)))
+                for t in matched
             )
             ranked.append((score, d.object_id, 0))
         ranked.sort(key=lambda r: (-r[0], r[1], r[2]))

@@ -178,9 +178,14 @@ def _brute_force(conn: psycopg.Connection[Any], reader: str, query: str, k: int)
             tf = tfs[cid].get(term)
             if tf:
                 dl = sum(tfs[cid].values())
-                scores[cid] += w * tf / (tf + k1 * (1 - b + b * dl / avgdl))
+                scores[cid] += score_part(w, tf / (tf + k1 * (1 - b + b * dl / avgdl)))
     ranked = sorted(scores.items(), key=lambda x: (-x[1], meta[x[0]][0], meta[x[0]][2]))[:k]
     return [(meta[cid][0], meta[cid][2], s) for cid, s in ranked]
+
+
+def score_part(w: float, tf_part: float) -> float:
+    """A term's contribution as groundkit._score_part computes it: rounded down to 2^-36."""
+    return math.floor(w * tf_part * 2.0**36) / 2.0**36
 
 
 def _assert_same(got: list[tuple[str, int, float]], want: list[tuple[str, int, float]], what: str) -> None:
@@ -819,7 +824,9 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
             assert any("(final t)" in m and "probed {t,t,f,f}" in m for m in probed[reader]), probed
 
     # the same through groundkit.search, for a login that may only search: read in four pieces (in
-    # parallel workers, which run as the search function's owner, like the leader), same answer
+    # parallel workers, which run as the search function's owner, like the leader), same answer;
+    # the login is told nothing of how search ran (its figures come from lists that can hold
+    # chunks the reader may not see: tests/test_side_channels.py)
     with psycopg.connect(gk.conn.info.dsn, autocommit=True) as raw:
         want = _rows(raw, "_search_exhaustive", "t3", "granite marble basalt quartz slate", 10)
     with roles.login_roles(server_dsn, dsn) as who, psycopg.connect(who.reader, autocommit=True) as conn:
@@ -830,7 +837,7 @@ def test_automatic_choice_between_strategies(community: Groundkit, server_dsn: s
                             " 'granite marble basalt quartz slate', 10)").fetchall()
         got = sorted(((str(o), int(q), float(sc)) for o, q, sc in rows), key=lambda r: (-r[2], r[0], r[1]))
         _assert_same(got, want, "search as a reader login")
-        assert read_messages() == ["merges 5 lists in 4 pieces"], messages
+        assert not [m for m in messages if m.startswith("groundkit")], messages
 
 
 ORACLE_NAME = "_search_pruned_oracle"

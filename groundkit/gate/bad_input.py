@@ -97,6 +97,10 @@ def cases() -> list[Case]:
     s(Case("search: query of 4,097 characters", lambda g, _: g.search("ana", "x" * 4097), "error"))
     s(Case("search: query of 1,000,000 characters", lambda g, _: g.search("ana", "x" * 1_000_000), "error"))
     s(Case("search: query of 4,096 characters is allowed", lambda g, _: g.search("ana", LONG[:4096]), "answer"))
+    s(Case("search: 65 distinct terms (the limit is 64)",
+           lambda g, _: g.search("ana", " ".join(str(1000 + i) for i in range(65))), "error"))
+    s(Case("search: 64 distinct terms are allowed",
+           lambda g, _: g.search("ana", " ".join(str(1000 + i) for i in range(64))), "answer"))
     s(Case("search: NUL byte in query", lambda g, _: g.search("ana", "kiln\x00"), "error"))
     s(Case("search: NUL byte in reader_sub", lambda g, _: g.search("ana\x00", "kiln"), "error"))
     s(Case("search: lone surrogate (invalid UTF-8) in query", lambda g, _: g.search("ana", "kiln\ud800"), "error"))
@@ -172,6 +176,8 @@ def cases() -> list[Case]:
         s(Case(f"SQL search: k => {k_text}", _sql(sql_search, "kiln", k_text), "error"))
     s(Case("SQL search: query of 4,097 characters", _sql(sql_search, "x" * 4097, "10"), "error"))
     s(Case("SQL search: NULL query", _sql(sql_search, None, "10"), "error"))
+    s(Case("SQL search: 65 distinct terms", _sql(sql_search, " ".join(str(1000 + i) for i in range(65)), "10"),
+           "error"))
     s(Case("SQL search: unknown content type",
            _sql("select * from groundkit.search('ana', 'kiln', 10, array['bogus'])"), "error"))
     s(Case("SQL search: tsquery metacharacters", _sql(sql_search, META, "10"), "answer"))
