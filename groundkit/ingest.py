@@ -36,7 +36,7 @@ from groundkit.errors import (
 )
 from groundkit.loaders import DEFAULT_CONTENT_TYPES, LOADER_VERSION, Failed, Skipped, kind_of, load
 from groundkit.loaders.tree import Tree
-from groundkit.models import ContentObject, StoredObject, WriteStatus
+from groundkit.models import CONTENT_TYPES, ContentObject, StoredObject, WriteStatus
 
 MAX_BYTES = 20_000_000
 MAX_PAGES = 2_000
@@ -218,6 +218,8 @@ def run(gk: Groundkit, dsn: str | None, plan: Plan, options: IngestOptions,
     report = IngestReport(skipped=[PathReason(path=p, reason=r) for p, r in plan.skipped])
     if plan.files and (options.space_id is None or options.tier is None):
         raise InvalidArgument("--space and --tier are needed to ingest files other than .jsonl")
+    if options.content_type is not None and options.content_type not in CONTENT_TYPES:
+        raise UnknownContentType(f"unknown content type {options.content_type!r}; one of {', '.join(CONTENT_TYPES)}")
     stored = gk.stored_objects(plan.files) if plan.files else {}
     writer = _Writer(dsn, plan, options, stored)
     written: list[str] = []

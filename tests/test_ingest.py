@@ -257,3 +257,19 @@ def test_jsonl_from_a_fifo_or_a_device_is_refused(library: Groundkit, dsn: str, 
         assert result.returncode == 1, result.stderr
         refused = f"error [GK005]: {path}: not a regular file (a FIFO, device or socket)"
         assert " ".join(result.stderr.split()) == refused
+
+
+def test_bad_flags_stop_the_run_with_one_error_line(library: Groundkit, dsn: str, tmp_path: Path) -> None:
+    """What would fail every file alike stops the run before (or at) its first write."""
+    (tmp_path / "a.md").write_text("text")
+    cases = [
+        ([], "--space and --tier are needed to ingest files other than .jsonl"),
+        (["--space", "library", "--tier", "T0", "--content-type", "essay"], "unknown content type 'essay'"),
+        (["--space", "nowhere", "--tier", "T0"], "GK003"),
+        (["--space", "library", "--tier", "T9"], "GK002"),
+    ]
+    for options, message in cases:
+        result = runner.invoke(app, ["ingest", str(tmp_path), *options, "--dsn", dsn])
+        assert result.exit_code == 1 and message in " ".join(result.output.split()), (options, result.output)
+        assert "Traceback" not in result.output
+    assert library.conn.execute("select count(*) as n from groundkit.objects").fetchone() == {"n": 0}
