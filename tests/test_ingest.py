@@ -200,7 +200,7 @@ def _objects(dsn: str) -> dict[str, Any]:
 
 
 def test_ctrl_c_leaves_whole_objects_and_a_second_run_finishes(library: Groundkit, dsn: str, tmp_path: Path) -> None:
-    for i in range(400):
+    for i in range(1000):
         (tmp_path / f"f{i:03}.md").write_text(f"# file {i}\n\n" + " ".join(f"word{i}x{j}" for j in range(300)))
     command = [*GROUNDKIT, "ingest", str(tmp_path), "--space", "library",
                "--tier", "T0", "--jobs", "2", "--dsn", dsn]
@@ -213,10 +213,10 @@ def test_ctrl_c_leaves_whole_objects_and_a_second_run_finishes(library: Groundki
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr
     partial = _objects(dsn)
-    assert 20 <= partial["objects"] < 400 and partial["without_chunks"] == 0
+    assert 20 <= partial["objects"] < 1000 and partial["without_chunks"] == 0
     code, report, _ = ingest(dsn, tmp_path)
-    assert code == 0 and report["loaded"] == 400 - partial["objects"] and report["unchanged"] == partial["objects"]
-    assert _objects(dsn) == {"objects": 400, "without_chunks": 0}
+    assert code == 0 and report["loaded"] == 1000 - partial["objects"] and report["unchanged"] == partial["objects"]
+    assert _objects(dsn) == {"objects": 1000, "without_chunks": 0}
 
 
 # -- JSON Lines (issue 39, item 10) --------------------------------------------------------------
@@ -273,3 +273,24 @@ def test_bad_flags_stop_the_run_with_one_error_line(library: Groundkit, dsn: str
         assert result.exit_code == 1 and message in " ".join(result.output.split()), (options, result.output)
         assert "Traceback" not in result.output
     assert library.conn.execute("select count(*) as n from groundkit.objects").fetchone() == {"n": 0}
+
+
+def test_a_batch_with_one_failing_object_writes_the_others(library: Groundkit, dsn: str, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files go in put_objects batches; when one object fails the statement (here: another
+    writer changed a.md's object between the read of the current versions and the write, so
+    version 1 now differs), each is written alone and only that one fails."""
+    from groundkit import ingest as core
+
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.md").write_text(f"{name} first")
+    assert ingest(dsn, tmp_path / "a.md", "--base", str(tmp_path))[1]["loaded"] == 1
+    (tmp_path / "a.md").write_text("a changed")
+    monkeypatch.setattr(Groundkit, "stored_objects", lambda self, ids: {})  # a read from before a.md was written
+    plan = core.plan(str(tmp_path))
+    try:
+        report, written = core.run(library, dsn, plan, core.IngestOptions(space_id="library", tier="T0"))
+    finally:
+        plan.tree.close()
+    assert report.loaded == 2 and sorted(written) == ["b.md", "c.md"]
+    assert [(f.path, f.reason[:7]) for f in report.failed] == [("a.md", "[GK001]")]

@@ -171,9 +171,9 @@ def ingest(
     max_bytes: Annotated[int, typer.Option(
         "--max-bytes", min=1, help="Skip a file larger than this; for JSON Lines, the longest line.")]
     = core.MAX_BYTES,
-    batch: Annotated[int, typer.Option("--batch", min=1, max=5000,
-                                       help="JSON Lines objects per transaction (put_objects); 1 writes each "
-                                            "object alone.")] = 1,
+    batch: Annotated[int | None, typer.Option(
+        "--batch", min=1, max=5000, help=f"Objects per transaction (put_objects). Default: 1 for JSON Lines "
+                                         f"(each object alone), {core.FILE_BATCH} for other files.")] = None,
     analyze: Annotated[bool | None, typer.Option(
         "--analyze/--no-analyze",
         help="Sketch the postings lists afterwards (groundkit analyze); by default when an analyze is due "
@@ -192,7 +192,7 @@ def ingest(
         raise typer.BadParameter("--owner-only needs --owner")
     options = core.IngestOptions(space_id=space, tier=tier, content_type=content_type, owner_sub=owner,
                                  owner_only=owner_only, max_bytes=max_bytes, jobs=jobs,
-                                 delete_missing=delete_missing)
+                                 delete_missing=delete_missing, batch=batch or core.FILE_BATCH)
     started = time.monotonic()
     # pypdf logs every repair it makes to a damaged PDF; the report says what failed, once.
     logging.getLogger("pypdf").setLevel(logging.ERROR)
@@ -212,7 +212,7 @@ def ingest(
             report, written = core.run(gk, target, plan, options, advance)
             run.applied(written)
             for rel in plan.jsonl:
-                run.jsonl(plan, rel, batch, max_bytes)
+                run.jsonl(plan, rel, batch or 1, max_bytes)
                 progress.advance(task)
             _merge(report, run.report)
             report.chunks = gk.chunk_count(run.written) if run.written else 0
