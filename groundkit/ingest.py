@@ -40,7 +40,7 @@ from groundkit.models import CONTENT_TYPES, ContentObject, StoredObject, WriteSt
 
 MAX_BYTES = 20_000_000
 MAX_PAGES = 2_000
-# Files written per statement (put_objects): a tenth of the time of one statement per file on
+# Files written per statement (put_objects): a fifth of the time of one statement per file on
 # small files, and a Ctrl-C still leaves each object whole (evals/bench ingest-dir).
 FILE_BATCH = 32
 _MAX_REASON = 300
