@@ -100,10 +100,10 @@ class Plan:
 
 
 def plan(path: str, base: str | None = None) -> Plan:
-    """List what ingesting ``path`` reads. The base defaults to ``path`` (a directory) or its
-    directory (a file); ``path`` must lie inside it."""
+    """List what ingesting ``path`` reads. The base defaults to ``path`` (a directory, even
+    through a symlink: the user named it) or its directory (a file); ``path`` must lie inside it."""
     if base is None:
-        base = path if os.path.isdir(path) and not os.path.islink(path) else os.path.dirname(os.path.abspath(path))
+        base = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     tree = Tree(base)
     try:
         start = tree.relative(path)

@@ -146,6 +146,8 @@ def test_tree_never_leaves_its_base(tmp_path: Path) -> None:
         assert reasons["fifo.md"].startswith("not a regular file")
         assert tree.walk("d").files == ["d/e/a.md"]
         assert tree.relative(str(base / "d")) == "d"
+        os.symlink(base, tmp_path / "baselink")
+        assert tree.relative(str(tmp_path / "baselink")) == ""  # the base, however named
         for escape in ("../outside/secret.md", "d/../../outside/secret.md"):
             with pytest.raises(InvalidArgument, match=r"'\.\.'"):
                 tree.read(escape, 100)

@@ -58,8 +58,11 @@ class Tree:
         self.close()
 
     def relative(self, path: str) -> str:
-        """``path`` relative to the base ('' for the base itself); its last component is not
-        resolved (the walk opens it with O_NOFOLLOW); InvalidArgument if it lies outside."""
+        """``path`` relative to the base ('' for the base itself, however named); below the
+        base its last component is not resolved (the walk opens it with O_NOFOLLOW);
+        InvalidArgument if it lies outside."""
+        if os.path.realpath(path) == self.base:
+            return ""
         absolute = os.path.abspath(path)
         if absolute != self.base:
             absolute = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
