@@ -167,7 +167,8 @@ def ingest(
     delete_missing: Annotated[bool, typer.Option(
         "--delete-missing", help="Delete the objects ingested before from this base into this space whose "
                                  "files are gone (otherwise they are only reported).")] = False,
-    jobs: Annotated[int, typer.Option("--jobs", min=1, max=32, help="Files loaded and written at once.")] = 2,
+    jobs: Annotated[int, typer.Option("--jobs", min=1, max=32, help="Batches of files loaded and written at once, "
+                                                                    "each on its own connection.")] = 2,
     max_bytes: Annotated[int, typer.Option(
         "--max-bytes", min=1, help="Skip a file larger than this; for JSON Lines, the longest line.")]
     = core.MAX_BYTES,
