@@ -137,7 +137,7 @@ def _digest(obj: ContentObject) -> str:
 
 
 class _Writer:
-    """Loads and writes one file at a time, on its own connection (one per worker thread)."""
+    """Loads and writes one batch of files at a time, on a connection per worker thread."""
 
     def __init__(self, dsn: str | None, plan: Plan, options: IngestOptions, stored: dict[str, StoredObject]) -> None:
         self.dsn, self.plan, self.options, self.stored = dsn, plan, options, stored
@@ -164,6 +164,13 @@ class _Writer:
             raise Skipped("path longer than 256 characters (an object id's limit)")
         kind = kind_of(rel)
         assert kind is not None and o.space_id is not None and o.tier is not None
+        current = self.stored.get(rel)
+        if current is not None:  # before the file is read: what cannot be written costs nothing
+            if current.state != "live":
+                raise Skipped(f"object {rel!r} was {current.state}; a deleted object id is never written again")
+            if (current.space_id != o.space_id or not current.source
+                    or current.source.get("base") != self.plan.tree.base):
+                raise Skipped(f"object id {rel!r} is taken by an object not ingested from this base into this space")
         data = self.plan.tree.read(rel, o.max_bytes)
         loaded = load(kind, data, os.path.splitext(os.path.basename(rel))[0], max_pages=o.max_pages)
         content_type = o.content_type or DEFAULT_CONTENT_TYPES.get(kind, "document")
@@ -179,14 +186,8 @@ class _Writer:
         except ValueError as exc:
             raise Failed(str(exc)) from None
         source["sha256"] = _digest(draft)
-        current = self.stored.get(rel)
         version = 1
-        if current is not None:
-            if current.state != "live":
-                raise Skipped(f"object {rel!r} was {current.state}; a deleted object id is never written again")
-            if (current.space_id != o.space_id or not current.source
-                    or current.source.get("base") != self.plan.tree.base):
-                raise Skipped(f"object id {rel!r} is taken by an object not ingested from this base into this space")
+        if current is not None and current.source is not None:
             version = current.version if current.source.get("sha256") == source["sha256"] else current.version + 1
         return ContentObject.model_validate({**fields, "version": version}), current
 

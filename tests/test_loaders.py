@@ -148,6 +148,15 @@ def test_tree_never_leaves_its_base(tmp_path: Path) -> None:
         assert tree.relative(str(base / "d")) == "d"
         os.symlink(base, tmp_path / "baselink")
         assert tree.relative(str(tmp_path / "baselink")) == ""  # the base, however named
+        assert tree.relative(str(tmp_path / "baselink" / "d")) == "d"
+        with pytest.raises(InvalidArgument, match="not inside the base"):
+            tree.relative(str(base / "d" / ".." / ".." / "outside"))
+        # spelled under the base, a path is never resolved: the walk refuses its symlink
+        assert tree.relative(str(base / "dirlink" / "secret.md")) == "dirlink/secret.md"
+        with pytest.raises(InvalidArgument, match="symlink to outside the base"):
+            tree.walk("dirlink")
+        with pytest.raises(InvalidArgument, match="symlink is never followed"):
+            tree.walk("dirlink/secret.md")
         for escape in ("../outside/secret.md", "d/../../outside/secret.md"):
             with pytest.raises(InvalidArgument, match=r"'\.\.'"):
                 tree.read(escape, 100)

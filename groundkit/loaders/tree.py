@@ -42,6 +42,7 @@ class Tree:
     """The base directory, held open by descriptor for the life of the object."""
 
     def __init__(self, base: str) -> None:
+        self.named = os.path.abspath(base)
         self.base = os.path.realpath(base)
         try:
             self._fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -58,19 +59,23 @@ class Tree:
         self.close()
 
     def relative(self, path: str) -> str:
-        """``path`` relative to the base ('' for the base itself, however named); below the
-        base its last component is not resolved (the walk opens it with O_NOFOLLOW);
-        InvalidArgument if it lies outside."""
-        if os.path.realpath(path) == self.base:
-            return ""
+        """``path`` relative to the base ('' for the base itself, however named), lexically
+        where it is spelled under the base (the walk then opens each component with
+        O_NOFOLLOW, so nothing below the base is resolved here); InvalidArgument if it lies
+        outside."""
         absolute = os.path.abspath(path)
-        if absolute != self.base:
-            absolute = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
-        if absolute == self.base:
+        for root in (self.named, self.base):
+            if absolute == root:
+                return ""
+            if absolute.startswith(root.rstrip("/") + "/"):
+                return absolute[len(root.rstrip("/")) + 1:]
+        # Spelled through a symlink outside the base (the user's own path): resolve that part.
+        if os.path.realpath(absolute) == self.base:
             return ""
-        if not absolute.startswith(self.base.rstrip("/") + "/"):
-            raise InvalidArgument(f"{path} is not inside the base directory {self.base}")
-        return absolute[len(self.base.rstrip("/")) + 1:]
+        resolved = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
+        if resolved.startswith(self.base.rstrip("/") + "/"):
+            return resolved[len(self.base.rstrip("/")) + 1:]
+        raise InvalidArgument(f"{path} is not inside the base directory {self.base}")
 
     @contextmanager
     def _dir(self, parts: list[str]) -> Iterator[int]:
@@ -104,7 +109,16 @@ class Tree:
         reason alone) if start is a symlink, a FIFO, a device or a socket."""
         listing = Listing()
         parts = _parts(start)
-        if parts:
+        if parts and self._start_is_file(parts):
+            listing.files.append("/".join(parts))
+            return listing
+        self._walk_dir("/".join(parts), listing)
+        return listing
+
+    def _start_is_file(self, parts: list[str]) -> bool:
+        """Whether base/parts is a regular file (False: a directory); InvalidArgument if it
+        is neither, or a symlink, or lies below one."""
+        try:
             with self._dir(parts[:-1]) as fd:
                 try:
                     st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
@@ -112,13 +126,13 @@ class Tree:
                     raise InvalidArgument(exc.strerror or "cannot stat") from None
                 if stat.S_ISLNK(st.st_mode):
                     raise InvalidArgument(self._symlink_reason(fd, "/".join(parts[:-1]), parts[-1]))
-                if not stat.S_ISDIR(st.st_mode):
-                    if not stat.S_ISREG(st.st_mode):
-                        raise InvalidArgument("not a regular file (a FIFO, device or socket)")
-                    listing.files.append("/".join(parts))
-                    return listing
-        self._walk_dir("/".join(parts), listing)
-        return listing
+        except Skipped as exc:
+            raise InvalidArgument(exc.reason) from None
+        if stat.S_ISDIR(st.st_mode):
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            raise InvalidArgument("not a regular file (a FIFO, device or socket)")
+        return True
 
     def _walk_dir(self, rel_dir: str, listing: Listing) -> None:
         pending = [rel_dir]
