@@ -28,6 +28,7 @@ from groundkit.models import (
     SearchHit,
     Segment,
     Space,
+    StoredObject,
     WriteResult,
     WriteStatus,
 )
@@ -258,6 +259,33 @@ class Groundkit(Admin):
             },
         )
         return [SearchHit.model_validate(r) for r in rows]
+
+    def stored_objects(self, object_ids: Sequence[str]) -> dict[str, StoredObject]:
+        """The current row of each of ``object_ids`` that exists, by id (reads
+        ``groundkit.objects``: the schema's owner, or a role granted select on it)."""
+        rows = self._fetch(
+            "select object_id, version, state, space_id, metadata -> 'source' as source"
+            " from groundkit.objects where object_id = any(%(ids)s::text[])",
+            {"ids": list(object_ids)},
+        )
+        return {r["object_id"]: StoredObject.model_validate(r) for r in rows}
+
+    def sourced_objects(self, space_id: str, base: str) -> dict[str, StoredObject]:
+        """The live objects of ``space_id`` that ``groundkit ingest`` loaded from files under the
+        directory ``base`` (``metadata.source.base``), by id."""
+        _no_nul(space_id=space_id, base=base)
+        rows = self._fetch(
+            "select object_id, version, state, space_id, metadata -> 'source' as source"
+            " from groundkit.objects where space_id = %(space_id)s and state = 'live'"
+            " and metadata -> 'source' ->> 'base' = %(base)s",
+            {"space_id": space_id, "base": base},
+        )
+        return {r["object_id"]: StoredObject.model_validate(r) for r in rows}
+
+    def chunk_count(self, object_ids: Sequence[str]) -> int:
+        """How many chunks the current versions of ``object_ids`` have."""
+        return int(self._scalar("select count(*) from groundkit.chunks where object_id = any(%(ids)s::text[])",
+                                {"ids": list(object_ids)}))
 
     # -- the log and the derived state -----------------------------------------------------
 

@@ -77,6 +77,17 @@ class ContentObject(_Frozen):
         return self
 
 
+class StoredObject(_Frozen):
+    """An object's current row, as ``groundkit ingest`` needs it: its version, state (``live``,
+    ``deleted``, ``redacted``), space, and where a loader took it from (``metadata.source``)."""
+
+    object_id: str
+    version: int
+    state: Literal["live", "deleted", "redacted"]
+    space_id: str | None
+    source: dict[str, Any] | None
+
+
 class Member(_Frozen):
     member_sub: str = Field(min_length=1, max_length=256)
     tier: str = Field(min_length=1, max_length=64)

@@ -94,3 +94,13 @@ def test_unmaintained_agrees_with_maintained(server_dsn: str, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "un-maintained p50 / p95 / mean ms" in out
     assert _differing(out) == [0, 0, 0], out
+
+
+def test_ingest_dir_times_the_loaders_and_the_ingest(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["ingest-dir", "--dsn", server_dsn, "--markdown", "40", "--pdfs", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "markdown: 40 files" in out and "pdf: 3 files" in out
+    assert len(re.findall(r"loaders' share of ingest --jobs 1: [0-9.]+", out)) == 2
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # the scratch databases are gone
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_ingestdir_%'").fetchone()
+    assert left == (0,)

@@ -17,7 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from groundkit import Groundkit
-from groundkit.cli import main as cli_main
+from groundkit.cli import ingest as cli_ingest
 from groundkit.cli.main import app
 from groundkit.errors import GroundkitError, InvalidArgument
 
@@ -202,7 +202,7 @@ def test_ingest_fixes_the_reference_early(dsn: str, tmp_path: Path, monkeypatch:
     """A load that wrote at least half the database's chunks recomputes the impacts after its
     first EARLY_REINDEX_OBJECTS objects if the reference is off, so the rest of it is written at
     the chunks' length; a small load into a larger database leaves that to analyze."""
-    monkeypatch.setattr(cli_main, "EARLY_REINDEX_OBJECTS", 10)
+    monkeypatch.setattr(cli_ingest, "EARLY_REINDEX_OBJECTS", 10)
     with Groundkit.connect(dsn) as gk:
         gk.put_space("commons")
     first = runner.invoke(app, ["ingest", str(_jsonl(tmp_path / "a.jsonl", range(30))), "--batch", "5",

@@ -2,6 +2,7 @@
 
     search        the 10k/100k/1M search benchmark: groundkit.search by reader, ts_rank_cd, tantivy
     ingest        write throughput: a fresh database's one-object writes, bulk, concurrent writers
+    ingest-dir    groundkit ingest over a tree of 10,000 Markdown files and of 200 PDFs; the loaders' share
     ab            paired comparison of two databases, or of two revisions' SQL on copies of one
     profile       where a search's or a write's time goes, statement by statement
     unmaintained  search on a database nobody maintained vs the same database maintained
@@ -15,11 +16,12 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, ingest, profile, search, sidechannel, unmaintained
+from evals.bench import ab, ingest, ingest_dir, profile, search, sidechannel, unmaintained
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
     "ingest": ingest.main,
+    "ingest-dir": ingest_dir.main,
     "ab": ab.main,
     "profile": profile.main,
     "unmaintained": unmaintained.main,

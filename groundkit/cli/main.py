@@ -5,16 +5,13 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
-    DownloadColumn,
     MofNCompleteColumn,
     Progress,
     TextColumn,
@@ -27,13 +24,14 @@ from groundkit.cli import config as config_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import ingest as ingest_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
-from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError, InvalidArgument
-from groundkit.maintenance import ANALYZE_GROWTH, EARLY_REINDEX_OBJECTS, REINDEX_DRIFT
-from groundkit.models import ContentObject, IndexStatus, MaintenanceReport, WorkerHeartbeat
+from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError
+from groundkit.maintenance import ANALYZE_GROWTH, REINDEX_DRIFT
+from groundkit.models import IndexStatus, MaintenanceReport, WorkerHeartbeat
 
 app = typer.Typer(
     name="groundkit",
@@ -48,6 +46,7 @@ app.add_typer(db_cli.app, name="db")
 app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
+app.command("ingest")(ingest_cli.ingest)
 
 
 @app.callback()
@@ -111,97 +110,6 @@ def put_space(
     with Groundkit.connect(dsn) as gk:
         gk.put_space(space_id, min_tier, private)
     out.print(f"space {space_id}: min tier {min_tier}, {'private' if private else 'public'}")
-
-
-def _objects_of(path: Path) -> Iterator[tuple[int, ContentObject, int]]:
-    """(line number, object, the line's size in bytes) for each non-blank line of a JSON Lines
-    file, read one line at a time; a line that is not a valid object is InvalidArgument."""
-    with path.open("rb") as f:
-        for n, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                obj = ContentObject.model_validate_json(raw)
-            except ValueError as exc:
-                raise InvalidArgument(f"{path}:{n}: {exc}") from None
-            yield n, obj, len(raw)
-
-
-def _batches(objects: Iterable[tuple[int, ContentObject, int]], size: int) -> Iterator[list[ContentObject]]:
-    """Consecutive objects, at most ``size`` per transaction; an object_id seen twice starts a
-    new batch (put_objects takes each object once per call), so the file's order of writes is
-    kept."""
-    group: list[ContentObject] = []
-    ids: set[str] = set()
-    for _n, obj, _size in objects:
-        if len(group) >= size or obj.object_id in ids:
-            yield group
-            group, ids = [], set()
-        group.append(obj)
-        ids.add(obj.object_id)
-    if group:
-        yield group
-
-
-@app.command()
-@handle_errors
-def ingest(
-    path: Annotated[Path, typer.Argument(help="JSON Lines file, one put_object payload per line.", exists=True,
-                                         dir_okay=False, readable=True)],
-    batch: Annotated[int, typer.Option("--batch", min=1, max=5000,
-                                       help="Objects per transaction (put_objects); 1 writes each object alone.")] = 1,
-    analyze: Annotated[bool | None, typer.Option(
-        "--analyze/--no-analyze",
-        help="Sketch the postings lists afterwards (groundkit analyze); by default when an analyze is due "
-             "(groundkit status): never analyzed, or the chunks grew by a tenth since the last one.")] = None,
-    reindex_at: ReindexAtOption = REINDEX_DRIFT,
-    dsn: DsnOption = None,
-) -> None:
-    """Write objects from a JSON Lines file, one transaction per object (or per --batch), with
-    progress; then, when an analyze is due, sketch the postings lists for search's planning, as
-    `groundkit analyze` does."""
-    # Two passes over the file, one line at a time: the first checks every line, so that a bad
-    # line stops the ingest before anything is written; the second writes. Memory holds one
-    # batch, whatever the file's size.
-    n_objects = 0
-    with Progress(TextColumn("check"), BarColumn(), DownloadColumn(), TimeRemainingColumn(), console=err,
-                  transient=True) as progress:
-        task = progress.add_task("check", total=path.stat().st_size)
-        for _n, _obj, size in _objects_of(path):
-            n_objects += 1
-            progress.advance(task, size)
-    counts: dict[str, int] = {}
-    done = 0
-    with Groundkit.connect(dsn) as gk, Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=err
-    ) as progress:
-        task = progress.add_task("ingest", total=n_objects)
-        # A load into a (nearly) empty database fixes the impacts' reference length early, while
-        # the postings are few: otherwise the whole load is written at the old one and the
-        # analyze at the end rewrites every posting (docs/bm25.md, "The impact reference").
-        chunks_before = gk.index_status().chunks if reindex_at > 0 else None
-        for group in _batches(_objects_of(path), batch):
-            try:
-                results = [gk.put(group[0])] if batch == 1 else gk.put_objects(group)
-            except GroundkitError:
-                err.print(f"stopped at object {done + 1} of {n_objects} ({group[0].object_id!r}); "
-                          f"the {done} before it are written", highlight=False)
-                raise
-            for result in results:
-                counts[result.status.value] = counts.get(result.status.value, 0) + 1
-            done += len(group)
-            progress.advance(task, len(group))
-            if chunks_before is not None and counts.get("applied", 0) >= EARLY_REINDEX_OBJECTS:
-                if (st := maintenance.early_reindex(gk, chunks_before, reindex_at=reindex_at)) is not None:
-                    _reindex(gk, progress, st)
-                chunks_before = None
-        sketched = None
-        written = counts.get("applied", 0)
-        if written and (analyze or (analyze is None and any(d.job == "analyze" for d in gk.due()))):
-            sketched = _analyze(gk, progress, reindex_at=reindex_at)
-    out.print(", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "nothing to ingest")
-    if sketched is not None:
-        out.print(f"sketched {sketched} postings list(s)")
 
 
 @app.command()
