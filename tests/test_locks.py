@@ -15,7 +15,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+import groundkit
 from groundkit import ContentObject, Groundkit, ReaderNotAllowed
+from tests.conftest import upgrade_revisions_only
 
 Raw = psycopg.Connection[tuple[Any, ...]]
 
@@ -329,3 +331,20 @@ def test_bulk_write_of_many_objects_is_not_bounded_by_the_lock_table(gk: Groundk
             for i in range(n)]
     results = gk.put_objects(objs)
     assert len(results) == n and {r.status.value for r in results} == {"applied"}
+
+
+def test_revision_0013_clears_the_statistics_already_gathered(empty_dsn: str) -> None:
+    """A database analyzed before 0013 has samples of the log's text in pg_stats; after the
+    migrate they are gone, and an ANALYZE gathers none again."""
+    upgrade_revisions_only(empty_dsn, "0012")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("insert into groundkit.content_log (object_id, version, op, title, body)"
+                     " select 'o' || i, 1, 'put', 'zanzibarquux title', 'zanzibarquux body'"
+                     " from generate_series(1, 50) i")
+        conn.execute("analyze groundkit.content_log")
+        assert _stats_holding(conn, ["zanzibarquux"]) == ["content_log.body", "content_log.title"]
+    groundkit.migrate(empty_dsn)
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        assert _stats_holding(conn, ["zanzibarquux"]) == []
+        conn.execute("analyze groundkit.content_log")
+        assert _stats_holding(conn, ["zanzibarquux"]) == []
