@@ -348,3 +348,22 @@ def test_revision_0013_clears_the_statistics_already_gathered(empty_dsn: str) ->
         assert _stats_holding(conn, ["zanzibarquux"]) == []
         conn.execute("analyze groundkit.content_log")
         assert _stats_holding(conn, ["zanzibarquux"]) == []
+
+
+def test_a_prepared_statement_holds_a_table_lock_as_documented(server_dsn: str, dsn: str) -> None:
+    """The residue docs/sql-api.md ("Locks") names: a groundkit_reader login prepares an update
+    of the postings it may not run; parsing took ROW EXCLUSIVE, held until its transaction ends,
+    so reindex_impacts() (SHARE) waits for it. Writes do not."""
+    with Groundkit.connect(dsn) as gk:
+        _world(gk)
+        gk.merge_pending()
+        with logins(server_dsn, dsn, reader="groundkit_reader") as who, psycopg.connect(who["reader"]) as reader:
+            reader.execute("prepare p as update groundkit.postings set imp = 0")
+            with psycopg.connect(dsn, autocommit=True) as owner:
+                owner.execute("set lock_timeout = '1s'")
+                owner.execute("select groundkit.put_object(object_id => 'p1', version => 2, content_type => 'board_post',"
+                              " space_id => 'board', tier_visibility => 'T0', title => 'Kiln', body => 'kiln glaze')")
+                with pytest.raises(psycopg.errors.LockNotAvailable):
+                    owner.execute("select groundkit.reindex_impacts()")
+            reader.rollback()
+        gk.conn.execute("select groundkit.reindex_impacts()")
