@@ -15,24 +15,27 @@ begin
 end
 $$;
 
--- Writers of one object queue here, on its row of groundkit.object_locks (only the owner may
--- lock it: sql/010_guards.sql), until their transaction ends. An object's first write has no
--- row yet: it inserts one, and a concurrent first write's insert waits for that transaction
--- (then finds the row, and locks it). Rows stay: one per object id ever written, as in objects.
--- Row locks, unlike the advisory locks they replace, take no slot of PostgreSQL's shared lock
--- table, so a bulk write of many objects is not bounded by max_locks_per_transaction.
-create or replace function groundkit._lock_object(object_id text) returns void
-language plpgsql
+-- Writers of an object queue on its row of groundkit.object_locks (only the owner may lock it:
+-- sql/010_guards.sql) until their transaction ends. One statement, in key order, whether the
+-- rows exist or not: ON CONFLICT DO UPDATE locks every conflicting row, even where its WHERE
+-- updates none; an object's first write inserts the row, and a concurrent first write of it
+-- waits for that transaction, then locks the row. Rows stay: one per object id ever written,
+-- as in objects. Row locks take no slot of PostgreSQL's shared lock table, so the number of
+-- objects one transaction writes is not bounded by max_locks_per_transaction.
+create or replace function groundkit._lock_objects(p_object_ids text[]) returns void
+language sql
 set search_path = pg_catalog, pg_temp
 as $$
-begin
-    perform 1 from groundkit.object_locks l where l.object_id = _lock_object.object_id for update;
-    if not found then
-        insert into groundkit.object_locks as l (object_id) values (_lock_object.object_id)
-        on conflict do nothing;
-        perform 1 from groundkit.object_locks l where l.object_id = _lock_object.object_id for update;
-    end if;
-end
+    insert into groundkit.object_locks as l (object_id)
+    select distinct x.id from unnest(p_object_ids) x(id) order by x.id
+    on conflict (object_id) do update set object_id = excluded.object_id where false
+$$;
+
+create or replace function groundkit._lock_object(object_id text) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    select groundkit._lock_objects(array[_lock_object.object_id])
 $$;
 
 -- The argument checks of put_object (and of each element of put_objects).
