@@ -367,3 +367,25 @@ def test_a_prepared_statement_holds_a_table_lock_as_documented(server_dsn: str, 
                     owner.execute("select groundkit.reindex_impacts()")
             reader.rollback()
         gk.conn.execute("select groundkit.reindex_impacts()")
+
+
+# -- item 15: isolation levels (documented in docs/sql-api.md, "Reading") -------------------------
+
+def test_a_downgrade_counts_from_the_next_statement_or_the_next_repeatable_read_transaction(dsn: str) -> None:
+    """What the docs say: in READ COMMITTED a downgrade counts from the reader's next
+    statement; inside REPEATABLE READ, from its next transaction."""
+    with Groundkit.connect(dsn) as gk:
+        _world(gk)
+        gk.put_object("t1only", 1, "board_post", "board", "T1", "Kiln", "kiln for tier one")
+    query = "select object_id from groundkit.search(reader_sub => 'alice', query => 'kiln') order by 1"
+    for level, counts_at_once in (("read committed", True), ("repeatable read", False)):
+        with Groundkit.connect(dsn) as gk:
+            gk.put_member("alice", "T1")
+        with psycopg.connect(dsn) as reader, psycopg.connect(dsn, autocommit=True) as admin:
+            reader.execute(sql.SQL("set transaction isolation level {}").format(sql.SQL(level)))
+            assert [r[0] for r in reader.execute(query).fetchall()] == ["p1", "p2", "t1only"]
+            admin.execute("select groundkit.put_member('alice', 'T0')")
+            during = [r[0] for r in reader.execute(query).fetchall()]
+            assert ("t1only" not in during) is counts_at_once, level
+            reader.commit()
+            assert [r[0] for r in reader.execute(query).fetchall()] == ["p1", "p2"], level
