@@ -361,8 +361,9 @@ def test_a_prepared_statement_holds_a_table_lock_as_documented(server_dsn: str, 
             reader.execute("prepare p as update groundkit.postings set imp = 0")
             with psycopg.connect(dsn, autocommit=True) as owner:
                 owner.execute("set lock_timeout = '1s'")
-                owner.execute("select groundkit.put_object(object_id => 'p1', version => 2, content_type => 'board_post',"
-                              " space_id => 'board', tier_visibility => 'T0', title => 'Kiln', body => 'kiln glaze')")
+                owner.execute("select groundkit.put_object(object_id => 'p1', version => 2,"
+                              " content_type => 'board_post', space_id => 'board', tier_visibility => 'T0',"
+                              " title => 'Kiln', body => 'kiln glaze')")
                 with pytest.raises(psycopg.errors.LockNotAvailable):
                     owner.execute("select groundkit.reindex_impacts()")
             reader.rollback()

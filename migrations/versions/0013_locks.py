@@ -83,7 +83,7 @@ begin
                                      and a.attname = col.att);
         else
             raise warning 'groundkit: cannot clear the planner statistics of groundkit.%.%', col.rel, col.att
-                using hint = 'Needs PostgreSQL 18 or a superuser (ANALYZE does not remove statistics already gathered).';
+                using hint = 'Needs PostgreSQL 18 or a superuser (ANALYZE keeps statistics already gathered).';
         end if;
     end loop;
 end
