@@ -103,8 +103,9 @@ $$;
 -- do), so a session that died leaves nothing to clean up. A fixed key would be anyone's to
 -- take (pg_advisory_lock is PUBLIC's) and would block every recompute. pg_locks shows the
 -- random key while it is held: a role that asks for it then only queues behind the recompute,
--- and gets a key no recompute uses again. (A reused pid cannot pass for the holder: the key
--- must be held by it.)
+-- and gets a key no recompute uses again. (The one way around it: after the recompute's session
+-- died without ending, a new backend that the OS gives the same pid takes the old key; it then
+-- passes for the holder until it disconnects, or pg_terminate_backend ends it.)
 
 -- The backend recomputing the impacts in steps, if any. NULL with avgdl_ref_min set: one was
 -- left unfinished.
