@@ -90,8 +90,8 @@ $$;
 -- Groundkit.reindex_impacts() drives it on an autocommit connection; from SQL, call
 -- _reindex_begin(), then _reindex_step() until it returns no key, then _reindex_end(), each in
 -- its own transaction and all on one session (the first claims the recompute for the session,
--- _reindex_claim, and the last lets go of it). The steps keep their position in bm25_impact (revision 0010), so no
--- range can be skipped, the end is refused before the last step, and an interrupted recompute
+-- _reindex_claim, and the last lets go of it). The steps keep their position in bm25_impact
+-- (revision 0010), so no range can be skipped, the end is refused before the last step, and an interrupted recompute
 -- resumes where it stopped. Needs k1 and b unchanged since the impacts were computed: a posting
 -- at other parameters has no such bound (reindex_impacts() rewrites those in one transaction).
 

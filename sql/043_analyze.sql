@@ -242,11 +242,14 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     rel text;
+    has_rows boolean;
 begin
     foreach rel in array array['postings', 'pending_postings', 'term_stats', 'term_bits', 'postings_sketch'] loop
         continue when not groundkit._stats_name(rel, p_terms);
         execute format('analyze groundkit.%I (term)', rel);
-        continue when not groundkit._stats_name(rel, p_terms);
+        -- (a table with rows was sampled again: a term still named is other content's too)
+        execute format('select exists (select 1 from groundkit.%I)', rel) into has_rows;
+        continue when has_rows or not groundkit._stats_name(rel, p_terms);
         if current_setting('server_version_num')::integer >= 180000 then
             execute 'select pg_catalog.pg_clear_attribute_stats(''groundkit'', $1, ''term'', false)' using rel;
         elsif (select r.rolsuper from pg_catalog.pg_roles r where r.rolname = current_user) then
