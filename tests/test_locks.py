@@ -390,3 +390,18 @@ def test_a_downgrade_counts_from_the_next_statement_or_the_next_repeatable_read_
             assert ("t1only" not in during) is counts_at_once, level
             reader.commit()
             assert [r[0] for r in reader.execute(query).fetchall()] == ["p1", "p2"], level
+
+
+def test_a_writer_login_s_redaction_refreshes_the_statistics(server_dsn: str, dsn: str, raw: Raw) -> None:
+    """The ANALYZE a redaction may run is the owner's (redact_object is SECURITY DEFINER): a
+    groundkit_writer login's redaction clears its terms from pg_stats too."""
+    with Groundkit.connect(dsn) as gk:
+        _world(gk)
+        gk.put_object("secret", 1, "board_post", "board", "T0", "Memo", " ".join(SECRET_WORDS))
+        gk.merge_pending()
+    raw.execute("analyze")
+    assert "postings.term" in _stats_holding(raw, SECRET_WORDS)
+    with logins(server_dsn, dsn, writer="groundkit_writer") as who, psycopg.connect(who["writer"]) as writer:
+        assert writer.execute("select groundkit.redact_object('secret', 2)").fetchone() == ("applied",)
+        writer.commit()
+    assert _stats_holding(raw, SECRET_WORDS) == []
