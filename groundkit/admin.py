@@ -189,8 +189,7 @@ class Admin(Session):
             # stopped. This session lets go of the recompute's lock if it still can.
             if not self.conn.closed and not self.conn.broken:
                 try:
-                    self.conn.execute("select pg_advisory_unlock(groundkit._reindex_lock_key())"
-                                      " where groundkit._reindex_lock_held()")
+                    self.conn.execute("select groundkit._reindex_release()")
                 except psycopg.Error:
                     pass
             raise

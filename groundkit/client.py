@@ -178,8 +178,8 @@ class Groundkit(Admin):
     def put_objects(self, objects: Sequence[ContentObject]) -> list[WriteResult]:
         """Write many objects in one statement (``groundkit.put_objects``): the same checks,
         statuses and invariants as :meth:`put`, set-based. Fails whole on the first bad element.
-        Each object takes one advisory lock until the transaction ends: on a default server one
-        transaction can write some thousands of objects, not tens of thousands (docs/sql-api.md)."""
+        Each object takes a row lock until the transaction ends (no slot of the server's shared
+        lock table, so the number of objects per transaction is not bounded by it)."""
         payload = []
         for obj in objects:
             if not isinstance(obj, ContentObject):

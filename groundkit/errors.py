@@ -78,6 +78,12 @@ class PgvectorMissing(GroundkitError):
     sqlstate = "GK008"
 
 
+class ReaderNotAllowed(GroundkitError):
+    """A login bound to one member (``groundkit.login_members``) searched as another (GK010)."""
+
+    sqlstate = "GK010"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -88,6 +94,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK007": InvariantViolation,
     "GK008": PgvectorMissing,
     "GK009": UnknownObject,
+    "GK010": ReaderNotAllowed,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

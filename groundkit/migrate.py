@@ -24,6 +24,9 @@ from pydantic import BaseModel, ConfigDict
 
 from groundkit.errors import DatabaseUnavailable, GroundkitError, MigrationError, from_psycopg, scrub
 
+# Advisory under a fixed key, unlike the writers' locks (rows only the owner may lock,
+# sql/010_guards.sql): the first migrate runs before any groundkit table exists, and only an
+# operator migrates. A role holding this key can make a migrate wait, not stall the app.
 LOCK_SQL = "select pg_advisory_xact_lock(hashtextextended('groundkit.migrate', 0))"
 SCHEMA_SQL = "create schema if not exists groundkit"
 

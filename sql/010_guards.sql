@@ -1,25 +1,50 @@
 -- Invariants enforced by the database itself, not by application discipline.
 -- Replaceable: re-applied after every `groundkit migrate`.
 
--- The advisory lock of the pending part (docs/bm25.md, "The pending part"): a merge takes it
--- exclusive, and writers that replace or move chunks whose postings may be pending take it
--- shared. One definition, so that the two sides cannot name different locks.
-create or replace function groundkit._pending_lock_key()
-returns bigint
-language sql immutable parallel safe
+-- Groundkit's locks are rows of groundkit.locks (and groundkit.object_locks, sql/050_write.sql),
+-- not advisory locks: an advisory key is a number anyone can compute, and pg_advisory_lock is
+-- PUBLIC's, so any role that can connect could hold one and stall every writer queued on it.
+-- Locking a row needs UPDATE on its table, which only groundkit_owner has (the write functions
+-- run as it). Row locks last until the transaction ends, like the advisory xact locks they
+-- replace; the recompute in steps, which needs a lock across transactions, is in
+-- sql/042_impacts.sql. pg_locks shows a row lock only while someone waits for it, as a tuple
+-- of groundkit.locks or object_locks: no object id.
+
+-- The lock of the pending part (docs/bm25.md, "The pending part"): a merge takes it exclusive
+-- (p_wait false: only if free at once; returns whether it has it), and writers that replace or
+-- move chunks whose postings may be pending take it shared. One definition per side, so that
+-- the two cannot name different locks.
+create or replace function groundkit._lock_pending(p_wait boolean) returns boolean
+language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
-    select hashtextextended('groundkit.pending', 0)
+begin
+    if p_wait then
+        perform 1 from groundkit.locks l where l.name = 'pending' for update;
+    else
+        perform 1 from groundkit.locks l where l.name = 'pending' for update skip locked;
+    end if;
+    return found;
+end
 $$;
 
--- The session-level advisory lock a recompute of the impacts in steps holds from its first step
--- to its last (groundkit._reindex_begin, docs/bm25.md "Recomputing the impacts in steps").
-create or replace function groundkit._reindex_lock_key()
-returns bigint
-language sql immutable parallel safe
+create or replace function groundkit._lock_pending_shared() returns void
+language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
-    select hashtextextended('groundkit.reindex_impacts', 0)
+begin
+    perform 1 from groundkit.locks l where l.name = 'pending' for key share;
+end
+$$;
+
+-- Redactions queue behind each other (redact_object says why).
+create or replace function groundkit._lock_redactions() returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform 1 from groundkit.locks l where l.name = 'redact' for update;
+end
 $$;
 
 -- The content log is append-only. The one permitted UPDATE is the scrub that redaction
@@ -114,7 +139,9 @@ create or replace trigger chunks_current_version
 -- A tier's rank is stamped into derived rows: the statistics scope and postings bucket of every
 -- chunk whose object or space names the tier. Changing it underneath them would leave readers
 -- reading the wrong buckets (missing results) and statistics in the wrong scopes, so it is only
--- allowed through groundkit.set_tier_rank(), which moves them in the same transaction. A tier
+-- allowed through groundkit.set_tier_rank(), which moves them in the same transaction: it writes
+-- its transaction's id into groundkit.locks' row 'tier_rank' (a token in a table only the owner
+-- may write, where a setting would be anyone's to set) and clears it after the update. A tier
 -- that stored objects name can be neither renamed nor deleted (their log rows name it).
 create or replace function groundkit._tiers_guard() returns trigger
 language plpgsql
@@ -135,7 +162,8 @@ begin
             using errcode = 'GK007', hint = 'Add a tier under the new name and retier the objects.';
     end if;
     if new.rank is distinct from old.rank
-       and coalesce(current_setting('groundkit.tier_rank_change', true), '') <> 'on'
+       and not exists (select 1 from groundkit.locks l
+                        where l.name = 'tier_rank' and l.holder_xact = pg_current_xact_id())
        and (by_objects or exists (select 1 from groundkit.spaces s where s.min_tier = old.name)) then
         raise exception 'the rank of tier % is stamped into the statistics scopes and postings of stored content',
             old.name using errcode = 'GK007',

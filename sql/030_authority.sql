@@ -80,7 +80,7 @@ declare
 begin
     -- No merge may move these chunks' postings meanwhile: term_stats counts the chunks' terms in
     -- postings, not those still pending (docs/bm25.md, "The pending part").
-    perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
+    perform groundkit._lock_pending_shared();
     insert into groundkit.term_stats as t (term, scope, shard, df)
     select u.lexeme, d.scope, my_shard, sum(d.delta)
       from (select x.chunk_id, x.old_scope as scope, -1 as delta
@@ -187,5 +187,27 @@ begin
     end if;
     delete from groundkit.space_grants g
      where g.space_id = revoke_space.space_id and g.member_sub = revoke_space.member_sub;
+end
+$$;
+
+-- The opt-in binding of logins to members (docs/sql-api.md, "Binding a login to a member"):
+-- a login with a row in groundkit.login_members searches as that member only. session_user is
+-- the login that authenticated (search runs as the owner, so current_user would be the owner),
+-- and no role below superuser can change it. An unmapped login may pass any reader_sub, as
+-- before: the app then vouches for it. True, or GK010.
+create or replace function groundkit._reader_allowed(p_reader_sub text) returns boolean
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    bound text;
+begin
+    select m.member_sub into bound from groundkit.login_members m where m.login = session_user::text;
+    if found and p_reader_sub is distinct from bound then
+        raise exception 'login % may only search as its own member', quote_ident(session_user::text)
+            using errcode = 'GK010',
+                  hint = 'groundkit.login_members binds this login to one reader_sub.';
+    end if;
+    return true;
 end
 $$;

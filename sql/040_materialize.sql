@@ -125,13 +125,13 @@ begin
     -- writer reads where they are, and no merge waits for counter rows such a writer holds
     -- while that writer waits for the merge (docs/bm25.md, "The pending part").
     if not p_rebuilding and not pend then
-        perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
+        perform groundkit._lock_pending_shared();
     end if;
     -- A new object has no chunks to replace: one statement instead of four (a one-object write
     -- runs about twenty statements, and each costs its executor start-up).
     if not p_rebuilding and exists (select 1 from groundkit.chunks c where c.object_id = any (p_ids)) then
         if pend then
-            perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
+            perform groundkit._lock_pending_shared();
         end if;
         -- One pass over the old chunks' lexemes. The statistics they contributed: their lexemes
         -- are exactly their postings' terms, and term_stats counts those in postings, not the

@@ -3,9 +3,9 @@
 
 -- Move the pending part (groundkit.pending_postings) into groundkit.postings and its document
 -- frequencies into groundkit.term_stats, in one transaction: a search sees the postings of a
--- chunk in one part or the other, and the same statistics either way. Under an exclusive
--- advisory lock that writers replacing or moving chunks take shared, so that none of them reads
--- where a chunk's postings are while they move. p_wait false: give up (0) when the lock is
+-- chunk in one part or the other, and the same statistics either way. Under an exclusive lock
+-- (groundkit._lock_pending) that writers replacing or moving chunks take shared, so that none
+-- of them reads where a chunk's postings are while they move. p_wait false: give up (0) when the lock is
 -- taken. Returns the number of postings moved.
 create or replace function groundkit._merge_pending(p_wait boolean)
 returns bigint
@@ -18,9 +18,7 @@ declare
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
     moved bigint;
 begin
-    if p_wait then
-        perform pg_advisory_xact_lock(groundkit._pending_lock_key());
-    elsif not pg_try_advisory_xact_lock(groundkit._pending_lock_key()) then
+    if not groundkit._lock_pending(p_wait) then
         return 0;
     end if;
     -- before the impact parameters are read: reindex_impacts() (SHARE) waits for this, or this

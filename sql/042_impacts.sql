@@ -61,12 +61,8 @@ begin
     if ref is null or ref <= 0 or ref in ('infinity'::double precision, 'NaN'::double precision) then
         raise exception 'avgdl_ref must be positive and finite (got %)', ref using errcode = 'GK005';
     end if;
-    -- (the session recomputing in steps may call this: it holds the lock already)
-    if not pg_try_advisory_xact_lock(groundkit._reindex_lock_key()) then
-        raise exception 'another session is recomputing the impacts in steps'
-            using errcode = '55P03',
-                  hint = 'Wait for it; if that session died, its lock went with it and this can run again.';
-    end if;
+    -- (the session recomputing in steps may call this: it holds the recompute already)
+    perform groundkit._reindex_claim(false);
     -- Writers and merges take ROW EXCLUSIVE on postings before they read the impact parameters:
     -- every posting written before this commits is here for the update below, and every one
     -- written after uses the new parameters.
@@ -93,27 +89,40 @@ $$;
 -- (bm25_impact.avgdl_ref_min), and the bound only widens as that reference falls.
 -- Groundkit.reindex_impacts() drives it on an autocommit connection; from SQL, call
 -- _reindex_begin(), then _reindex_step() until it returns no key, then _reindex_end(), each in
--- its own transaction and all on one session (the first takes a session-level advisory lock
--- that the last releases). The steps keep their position in bm25_impact (revision 0010), so no
--- range can be skipped, the end is refused before the last step, and an interrupted recompute
+-- its own transaction and all on one session (the first claims the recompute for the session,
+-- _reindex_claim, and the last lets go of it). The steps keep their position in bm25_impact
+-- (revision 0010), so no range can be skipped, the end is refused before the last step, and an interrupted recompute
 -- resumes where it stopped. Needs k1 and b unchanged since the impacts were computed: a posting
 -- at other parameters has no such bound (reindex_impacts() rewrites those in one transaction).
 
--- The backend that holds the recompute's advisory lock, if any (pg_locks shows a bigint key as
--- its high and low 32 bits): a recompute in steps under way there. NULL with avgdl_ref_min set:
--- one was left unfinished.
+-- Who recomputes in steps. A row lock cannot say it: it lasts one transaction, and the steps
+-- are many. The recompute's session holds a session-level advisory lock whose key is drawn at
+-- random when it begins, and groundkit.locks' row 'reindex' (which only the owner may update)
+-- names that backend and that key. The row says who began; the advisory lock says that the
+-- session is still there (it goes with the session, as a killed or crashed backend's locks
+-- do), so a session that died leaves nothing to clean up. A fixed key would be anyone's to
+-- take (pg_advisory_lock is PUBLIC's) and would block every recompute. pg_locks shows the
+-- random key while it is held: a role that asks for it then only queues behind the recompute,
+-- and gets a key no recompute uses again. (The one way around it: after the recompute's session
+-- died without ending, a new backend that the OS gives the same pid takes the old key; it then
+-- passes for the holder until it disconnects, or pg_terminate_backend ends it.)
+
+-- The backend recomputing the impacts in steps, if any. NULL with avgdl_ref_min set: one was
+-- left unfinished.
 create or replace function groundkit._reindex_pid()
 returns integer
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select l.pid from pg_locks l
-     where l.locktype = 'advisory' and l.granted and l.database = (select d.oid from pg_database d
-                                                                   where d.datname = current_database())
-       and l.classid = ((groundkit._reindex_lock_key() >> 32) & 4294967295)::oid
-       and l.objid = (groundkit._reindex_lock_key() & 4294967295)::oid
-       and l.objsubid = 1
-     limit 1
+    select l.holder_pid from groundkit.locks l
+     where l.name = 'reindex'
+       and exists (select 1 from pg_catalog.pg_locks k
+                    where k.locktype = 'advisory' and k.granted and k.pid = l.holder_pid
+                      and k.database = (select d.oid from pg_catalog.pg_database d
+                                         where d.datname = pg_catalog.current_database())
+                      and k.classid = ((l.holder_key >> 32) & 4294967295)::oid
+                      and k.objid = (l.holder_key & 4294967295)::oid
+                      and k.objsubid = 1)
 $$;
 
 create or replace function groundkit._reindex_lock_held()
@@ -124,11 +133,64 @@ as $$
     select coalesce(groundkit._reindex_pid() = pg_backend_pid(), false)
 $$;
 
+-- Refuse (55P03) when another session recomputes in steps, or runs reindex_impacts() (which
+-- holds the row until it commits). p_steps: this session begins one, under a new random key
+-- (returned; NULL when it holds the recompute already).
+create or replace function groundkit._reindex_claim(p_steps boolean)
+returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    key bigint;
+begin
+    begin
+        perform 1 from groundkit.locks l where l.name = 'reindex' for update nowait;
+    exception when lock_not_available then
+        raise exception 'another session is recomputing the impacts'
+            using errcode = '55P03', hint = 'Wait for it, and call this again.';
+    end;
+    if groundkit._reindex_pid() is distinct from pg_backend_pid() and groundkit._reindex_pid() is not null then
+        raise exception 'another session is recomputing the impacts in steps'
+            using errcode = '55P03',
+                  hint = 'Wait for it; if that session died, its lock went with it and this can run again.';
+    end if;
+    if not p_steps or groundkit._reindex_lock_held() then
+        return null;
+    end if;
+    key := ('x' || translate(gen_random_uuid()::text, '-', ''))::bit(64)::bigint;
+    if not pg_try_advisory_lock(key) then
+        raise exception 'the recompute''s random lock key is taken' using errcode = '55P03',
+            hint = 'Call this again.';
+    end if;
+    update groundkit.locks l set holder_pid = pg_backend_pid(), holder_key = key where l.name = 'reindex';
+    return key;
+end
+$$;
+
+-- Let go of the recompute in steps, if this session holds it.
+create or replace function groundkit._reindex_release()
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    key bigint;
+begin
+    if groundkit._reindex_lock_held() then
+        select l.holder_key into key from groundkit.locks l where l.name = 'reindex';
+        update groundkit.locks l set holder_pid = null, holder_key = null where l.name = 'reindex';
+        perform pg_advisory_unlock(key);
+    end if;
+end
+$$;
+
 -- Begin: the new reference (default as reindex_impacts()'s), and the smallest one any posting
 -- may still be at. SHARE on postings waits for the writers and merges in flight, which read the
 -- parameters they write with after taking ROW EXCLUSIVE: every posting committed before this
 -- commits is visible to the steps, and every one written after is at the new reference. The
--- advisory lock is the session's, not the transaction's: a begin that fails lets go of it.
+-- recompute is the session's, not the transaction's (_reindex_claim): a begin that fails lets
+-- go of it.
 -- A recompute left unfinished resumes where its steps stopped when avgdl_ref is NULL or its own
 -- reference: the postings up to its position are at that reference already, and so is every
 -- posting written since it began. Any other reference starts over from the first posting.
@@ -141,16 +203,13 @@ as $$
 declare
     ref double precision := _reindex_begin.avgdl_ref;
     ip groundkit.bm25_impact;
+    key bigint;
 begin
     if ref is not null and (ref <= 0 or ref in ('infinity'::double precision, 'NaN'::double precision)) then
         raise exception 'avgdl_ref must be positive and finite (got %)', ref using errcode = 'GK005';
     end if;
     -- (a session that began and did not end resumes: it holds the lock once)
-    if not groundkit._reindex_lock_held() and not pg_try_advisory_lock(groundkit._reindex_lock_key()) then
-        raise exception 'another session is recomputing the impacts in steps'
-            using errcode = '55P03',
-                  hint = 'Wait for it; if that session died, its lock went with it and this can run again.';
-    end if;
+    key := groundkit._reindex_claim(true);
     begin
         lock table groundkit.postings in share mode;
         lock table groundkit.bm25_impact in exclusive mode;
@@ -176,7 +235,9 @@ begin
                    reindex_term = null, reindex_chunk = null, reindex_done = false;
         end if;
     exception when others then
-        perform pg_advisory_unlock(groundkit._reindex_lock_key());
+        if key is not null then
+            perform pg_advisory_unlock(key);  -- (the claim's row update is undone with the error)
+        end if;
         raise;
     end;
     return ref;
@@ -261,7 +322,7 @@ end
 $$;
 
 -- End, after the last step: the sketches again (they hold impacts), then no posting is at an
--- older reference any more. Releases the session's advisory lock. Refused (GK005) on a session
+-- older reference any more. Lets go of the session's claim. Refused (GK005) on a session
 -- that did not begin, and while steps remain: search's bounds then assume every posting is at
 -- avgdl_ref. (With no recompute unfinished, as after another session's reindex_impacts(), it
 -- only lets go of the lock.)
@@ -288,6 +349,6 @@ begin
         update groundkit.bm25_impact i
            set avgdl_ref_min = null, reindex_term = null, reindex_chunk = null, reindex_done = false;
     end if;
-    perform pg_advisory_unlock(groundkit._reindex_lock_key());
+    perform groundkit._reindex_release();
 end
 $$;

@@ -224,3 +224,54 @@ as $$
              group by z.term, z.scope having sum(z.df) = 0) g
      where t.term = g.term and t.scope = g.scope
 $$;
+
+-- The planner's statistics (pg_statistic, read through pg_stats) hold samples of the columns'
+-- values: after a redaction, its terms could stay there until the next ANALYZE. The term
+-- columns keep their statistics (plans and index_status() read them; the columns of text
+-- have none, revision 0013), and this analyzes again each one whose most common values or
+-- histogram name one of p_terms. The caller's deletions are not sampled: ANALYZE leaves out
+-- rows its own transaction deleted. Rarely needed (a term in one object's text is seldom among
+-- a sample's most common values or bounds); when it is, it costs one ANALYZE of that column (a
+-- sample of 30,000 rows at the default statistics target, whatever the table's size), and waits
+-- for a VACUUM or ANALYZE of the table in flight (autovacuum's gives way). An ANALYZE that
+-- samples no row keeps the old statistics (the pending part is often empty): those are cleared
+-- (pg_clear_attribute_stats, PostgreSQL 18; before it, only a superuser may, else a warning).
+create or replace function groundkit._restat_terms(p_terms text[]) returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    rel text;
+    has_rows boolean;
+begin
+    foreach rel in array array['postings', 'pending_postings', 'term_stats', 'term_bits', 'postings_sketch'] loop
+        continue when not groundkit._stats_name(rel, p_terms);
+        execute format('analyze groundkit.%I (term)', rel);
+        -- (a table with rows was sampled again: a term still named is other content's too)
+        execute format('select exists (select 1 from groundkit.%I)', rel) into has_rows;
+        continue when has_rows or not groundkit._stats_name(rel, p_terms);
+        if current_setting('server_version_num')::integer >= 180000 then
+            execute 'select pg_catalog.pg_clear_attribute_stats(''groundkit'', $1, ''term'', false)' using rel;
+        elsif (select r.rolsuper from pg_catalog.pg_roles r where r.rolname = current_user) then
+            delete from pg_catalog.pg_statistic s
+             where s.starelid = format('groundkit.%I', rel)::regclass
+               and s.staattnum = (select a.attnum from pg_catalog.pg_attribute a
+                                   where a.attrelid = format('groundkit.%I', rel)::regclass and a.attname = 'term');
+        else
+            raise warning 'groundkit: the planner statistics of groundkit.%.term keep terms of the redacted text', rel
+                using hint = 'Run ANALYZE on it once it has rows, or clear them as a superuser.';
+        end if;
+    end loop;
+end
+$$;
+
+-- Whether the planner statistics of groundkit.<p_rel>.term name one of p_terms.
+create or replace function groundkit._stats_name(p_rel text, p_terms text[]) returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select exists (select 1 from pg_catalog.pg_stats s
+                    where s.schemaname = 'groundkit' and s.tablename = p_rel and s.attname = 'term'
+                      and (s.most_common_vals::text::text[] && p_terms
+                           or s.histogram_bounds::text::text[] && p_terms))
+$$;

@@ -15,13 +15,27 @@ begin
 end
 $$;
 
--- Writers of one object queue here; the row lock also serialises with a concurrent
--- tombstone insert for an object that has no row yet.
+-- Writers of an object queue on its row of groundkit.object_locks (only the owner may lock it:
+-- sql/010_guards.sql) until their transaction ends. One statement, in key order, whether the
+-- rows exist or not: ON CONFLICT DO UPDATE locks every conflicting row, even where its WHERE
+-- updates none; an object's first write inserts the row, and a concurrent first write of it
+-- waits for that transaction, then locks the row. Rows stay: one per object id ever written,
+-- as in objects. Row locks take no slot of PostgreSQL's shared lock table, so the number of
+-- objects one transaction writes is not bounded by max_locks_per_transaction.
+create or replace function groundkit._lock_objects(p_object_ids text[]) returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    insert into groundkit.object_locks as l (object_id)
+    select distinct x.id from unnest(p_object_ids) x(id) order by x.id
+    on conflict (object_id) do update set object_id = excluded.object_id where false
+$$;
+
 create or replace function groundkit._lock_object(object_id text) returns void
 language sql
 set search_path = pg_catalog, pg_temp
 as $$
-    select pg_advisory_xact_lock(hashtextextended('groundkit.object:' || object_id, 0))
+    select groundkit._lock_objects(array[_lock_object.object_id])
 $$;
 
 -- The argument checks of put_object (and of each element of put_objects).
@@ -238,17 +252,18 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     cur groundkit.objects;
-    cfg groundkit.config;
+    pair_terms text[];
+    pair_scopes integer[];
     terms text[];
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
 begin
     perform groundkit._check_write(redact_object.object_id, redact_object.version);
     -- Redactions queue behind each other: each locks counter rows of every shard below, and two
     -- of them doing so at once could deadlock.
-    perform pg_advisory_xact_lock(hashtextextended('groundkit.redact', 0));
+    perform groundkit._lock_redactions();
     -- and before any counter row, the lock a merge of the pending part takes exclusively
     -- (_materialize_many takes it again below; docs/bm25.md, "The pending part")
-    perform pg_advisory_xact_lock_shared(groundkit._pending_lock_key());
+    perform groundkit._lock_pending_shared();
     perform groundkit._lock_object(redact_object.object_id);
     select * into cur from groundkit.objects o where o.object_id = redact_object.object_id for update;
     if found and cur.state = 'redacted' then
@@ -260,32 +275,38 @@ begin
         perform 1 from groundkit.spaces s where s.space_id = cur.space_id for share;
     end if;
 
-    -- Every term the object's text ever produced: from its current chunks, and from every
-    -- payload in the log (chunked again), before the scrub below removes the text.
-    select * into cfg from groundkit.config;
-    select coalesce(array_agg(distinct x.term order by x.term), '{}') into terms
-      from (select u.lexeme as term
+    -- What the object's text put in the index, as stored, not derived again (the chunker and
+    -- its settings may have changed since an older version was chunked): the (term, scope)
+    -- counters of its chunks' lexemes, which are exactly their postings' terms, pending or
+    -- merged (a chunk's postings are its lexemes: read them from the chunk, not by scanning
+    -- postings for its id, which no index serves); and the counter groups that sum to zero,
+    -- wherever they came from. Older versions' chunks are gone, and their terms live on only
+    -- there: a counter row stays when its count falls to zero. Every such group counts nothing,
+    -- so all of them go, this object's older versions' among them. (A group that sums to zero
+    -- has a row at or below zero: the scan reads those.)
+    select coalesce(array_agg(x.term order by x.term, x.scope), '{}'),
+           coalesce(array_agg(x.scope order by x.term, x.scope), '{}')
+      into pair_terms, pair_scopes
+      from (select distinct u.lexeme as term, c.stat_scope as scope
               from groundkit.chunks c cross join lateral unnest(c.tsv) u
-             where c.object_id = redact_object.object_id
+             where c.object_id = redact_object.object_id and c.stat_scope is not null
             union
-            select u.lexeme
-              from groundkit.content_log l
-             cross join lateral groundkit._chunks_of(l.content_type, l.body, l.segments,
-                                                    cfg.chunk_chars, cfg.chunk_overlap) ch
-             cross join lateral unnest(to_tsvector('groundkit.english'::regconfig,
-                                                   coalesce(l.title, '') || E'\n' || ch.content)) u
-             where l.object_id = redact_object.object_id and l.op in ('put', 'retier') and not l.scrubbed) x;
+            select t.term, t.scope from groundkit.term_stats t
+             where t.term in (select z.term from groundkit.term_stats z where z.df <= 0)
+             group by t.term, t.scope
+            having sum(t.df) = 0) x;
+    select coalesce(array_agg(distinct x.term order by x.term), '{}') into terms
+      from (select unnest(pair_terms) as term
+            union
+            select u.lexeme from groundkit.chunks c cross join lateral unnest(c.tsv) u
+             where c.object_id = redact_object.object_id) x;
 
     -- Lock the counter rows of those terms before touching any other: first this backend's
     -- shard (creating the rows _materialize_many will write), then every other shard, each pass in
     -- key order. Writers lock only their own shard's rows, in key order, so no cycle can form.
-    -- (A chunk's postings are its lexemes: read them from the chunk, not by scanning postings
-    -- for its id, which no index serves.)
     insert into groundkit.term_stats as t (term, scope, shard, df)
-    select distinct u.lexeme, c.stat_scope, my_shard, 0
-      from groundkit.chunks c
-     cross join lateral unnest(c.tsv) u
-     where c.object_id = redact_object.object_id and c.stat_scope is not null
+    select x.term, x.scope, my_shard, 0
+      from unnest(pair_terms, pair_scopes) x(term, scope)
      order by 1, 2
     on conflict (term, scope, shard) do update set df = t.df;
     perform 1 from groundkit.term_stats t
@@ -302,6 +323,8 @@ begin
     perform groundkit._materialize_many(array[redact_object.object_id]);
     -- No counter row may keep a term of the redacted text when nothing counts it any more.
     perform groundkit._compact_term_stats(terms);
+    -- nor the planner's statistics (docs/operations.md, "What a redaction leaves")
+    perform groundkit._restat_terms(terms);
     return 'applied';
 end
 $$;

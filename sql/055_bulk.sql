@@ -81,8 +81,7 @@ begin
      where s.space_id in (select b.space_id from gk_bulk_in b)
      order by s.space_id
        for share;
-    perform groundkit._lock_object(x.object_id)
-       from (select b.object_id from gk_bulk_in b order by b.object_id) x;
+    perform groundkit._lock_objects(array(select b.object_id from gk_bulk_in b));
     perform 1 from groundkit.objects o
      where o.object_id in (select b.object_id from gk_bulk_in b)
      order by o.object_id

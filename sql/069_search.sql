@@ -226,5 +226,6 @@ as $$
                                     search.content_types, search.space_ids) r
       join groundkit.chunks c on c.chunk_id = r.chunk_id
       join groundkit.objects o on o.object_id = c.object_id
+     where groundkit._reader_allowed(search.reader_sub)  -- GK010 for a bound login's other readers
      order by r.score desc, c.object_id, c.chunk_seq
 $$;

@@ -182,9 +182,10 @@ begin
         raise exception 'rank % is the rank of tier %', set_tier_rank.rank, taken using errcode = 'GK005',
             hint = 'Ranks are unique; move the other tier first.';
     end if;
-    perform set_config('groundkit.tier_rank_change', 'on', true);
+    -- the token tiers_guard lets this one update through with (sql/010_guards.sql)
+    update groundkit.locks l set holder_xact = pg_current_xact_id() where l.name = 'tier_rank';
     update groundkit.tiers t set rank = set_tier_rank.rank where t.name = set_tier_rank.tier;
-    perform set_config('groundkit.tier_rank_change', 'off', true);
+    update groundkit.locks l set holder_xact = null where l.name = 'tier_rank';
     -- A chunk's scope is greatest(rank of its object's tier, rank of its space's minimum tier)
     -- (null for private and owner-only content): only chunks whose object or space names this
     -- tier can move. _restat_space moves a space's chunks to the scopes the live ranks give.

@@ -524,7 +524,7 @@ def test_search_bounds_postings_at_the_older_reference(dsn: str) -> None:
                     "select r.chunk_id, r.score from groundkit._search_pruned('reader', %s, 5"  # noqa: S608
                     + extra + ") r order by r.score desc, r.chunk_id", (q,)).fetchall()
                 assert [round(r["score"], 9) for r in got] == [round(r["score"], 9) for r in want], (q, extra)
-        gk.conn.execute("select pg_advisory_unlock(groundkit._reindex_lock_key())")
+        gk.conn.execute("select groundkit._reindex_release()")
 
 
 def test_a_step_waits_for_a_writer_instead_of_deadlocking(dsn: str) -> None:

@@ -234,7 +234,76 @@ def _run(admin_dsn: str, dsn: str, tap: Tap) -> None:
         expect("login without a groundkit role: search and writes are denied", who.nobody,
                {"search": SEARCH, "put_object": WRITES["put_object"], "chunks": tables["chunks"]}, denied,
                "want 42501")
+        _locks_held_by_nobody(dsn, who, tap)
+        _login_binding(dsn, who, tap)
+        _tier_rank_token(dsn, tap)
         _app_authority(dsn, who, tap)
+
+
+# The advisory keys groundkit's locks had before revision 0014: public formulas.
+OLD_LOCK_KEYS = ("groundkit.redact", "groundkit.pending", "groundkit.reindex_impacts", "groundkit.object:lk1")
+LOCK_TAKERS = (
+    "select groundkit.put_object(object_id => 'lk1', version => 1, content_type => 'board_post',"
+    " space_id => 'board', tier_visibility => 'T0', title => 'x', body => 'kiln lock')",
+    "select * from groundkit.put_objects('[{\"object_id\": \"lk2\", \"version\": 1, \"content_type\": \"board_post\","
+    " \"space_id\": \"board\", \"tier_visibility\": \"T0\", \"title\": \"x\", \"body\": \"bulk lock\"}]')",
+    "select groundkit.merge_pending()",
+    "select groundkit.redact_object('lk1', 2)",
+    "select groundkit.reindex_impacts()",
+)
+
+
+def _locks_held_by_nobody(dsn: str, who: Logins, tap: Tap) -> None:
+    """A login without grants holds every advisory key groundkit ever used and tries the lock
+    rows: a bulk write, a merge, a redaction and a recompute still go through (lock_timeout)."""
+    bad: list[str] = []
+    with psycopg.connect(who.nobody) as nobody:
+        for key in OLD_LOCK_KEYS:
+            nobody.execute("select pg_advisory_lock(hashtextextended(%s, 0))", (key,))
+        tried = _attempt(who.nobody, "select * from groundkit.locks for update")
+        if tried != "42501":
+            bad.append(f"locking groundkit.locks: {tried}, want 42501")
+        with connect_dict(dsn) as conn:
+            conn.execute("set lock_timeout = '2s'")
+            for stmt in LOCK_TAKERS:
+                try:
+                    conn.execute(stmt)
+                except psycopg.Error as exc:
+                    bad.append(f"{stmt[:60]}...: {exc.sqlstate}")
+    tap.check(not bad, "login without grants holding groundkit's old advisory keys: writes, merges, redactions "
+              "and recomputes do not wait for it", bad, counts=Counts(privileges=len(bad)))
+
+
+def _login_binding(dsn: str, who: Logins, tap: Tap) -> None:
+    """A reader login bound to alice (login_members) searches as alice, and as bob gets GK010."""
+    login = str(psycopg.conninfo.conninfo_to_dict(who.reader)["user"])
+    with connect_dict(dsn) as conn:
+        conn.execute("insert into groundkit.login_members (login, member_sub) values (%s, 'alice')", (login,))
+    try:
+        own = _attempt(who.reader, SEARCH[0], ("alice", "kiln"))
+        other = _attempt(who.reader, SEARCH[0], ("bob", "kiln"))
+        unbound = _attempt(who.writer, "select 1")  # (another login: unbound, unaffected)
+    finally:
+        with connect_dict(dsn) as conn:
+            conn.execute("delete from groundkit.login_members where login = %s", (login,))
+    ok = (own, other, unbound) == ("ok", "GK010", "ok")
+    tap.check(ok, "reader login bound to one member (login_members): searches as it, and as another reader_sub "
+              "gets GK010", [f"as alice {own}, as bob {other}; want ok, GK010"], counts=Counts(privileges=int(not ok)))
+
+
+def _tier_rank_token(dsn: str, tap: Tap) -> None:
+    """The owner cannot let a rank change through tiers_guard with a setting."""
+    with connect_dict(dsn) as conn:
+        try:
+            with conn.transaction():
+                conn.execute("set local groundkit.tier_rank_change = on")
+                conn.execute("update groundkit.tiers set rank = 9 where name = 'T1'")
+            got = "ok"
+        except psycopg.Error as exc:
+            got = exc.sqlstate or type(exc).__name__
+    tap.check(got == "GK007", "owner: `set local groundkit.tier_rank_change = on` does not let a rank change past "
+              "tiers_guard (only set_tier_rank() can)", [f"got {got}, want GK007"],
+              counts=Counts(privileges=int(got != "GK007")))
 
 
 def _app_authority(dsn: str, who: Logins, tap: Tap) -> None:
