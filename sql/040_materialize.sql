@@ -224,11 +224,14 @@ begin
     ),
     new_chunks as (
         insert into groundkit.chunks (object_id, object_version, chunk_seq, content, tsv, doc_len,
-                                      stat_scope, start_ms, end_ms, chunker_version)
+                                      stat_scope, start_ms, end_ms, chunker_version, chunker,
+                                      chunk_chars, chunk_overlap)
         select ev.object_id, ev.version, ch.chunk_seq, ch.content, v.tsv,
                (select coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
                   from unnest(v.tsv) u)::integer,
-               ev.scope, ch.start_ms, ch.end_ms, ch.chunker_version
+               ev.scope, ch.start_ms, ch.end_ms, ch.chunker_version,
+               case when ch.chunker_version like 'gk-segments-%' then 'segments' else 'text' end,
+               cfg.chunk_chars, cfg.chunk_overlap
           from ev
          cross join lateral groundkit._chunks_of(ev.content_type, ev.body, ev.segments,
                                                  cfg.chunk_chars, cfg.chunk_overlap) ch
