@@ -387,6 +387,29 @@ def test_sizes_per_content_type_status_and_rebuild(community: Groundkit, raw: Ra
     assert [o.content_type for o in community.outdated_chunks()] == ["event"]
 
 
+def test_status_reports_outdated_chunks(dsn: str) -> None:
+    """`groundkit status` (text and --json) names chunks made with other sizes than the config's."""
+    from typer.testing import CliRunner
+
+    from groundkit.cli import app
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_object("e", 1, "event", "commons", "T0", "Kiln night", "Bring a plate to glaze.")
+        gk.conn.execute("""update groundkit.config set chunk_sizes = '{"event": {"chars": 400, "overlap": 50}}'""")
+    runner = CliRunner()
+    text = runner.invoke(app, ["status", "--dsn", dsn], env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    assert "outdated chunks   1 event chunks made by gk-text-1, 1500/200 chars: groundkit rebuild" in text.output
+    as_json = runner.invoke(app, ["status", "--json", "--dsn", dsn])
+    assert json.loads(as_json.stdout)["outdated_chunks"] == [
+        {"content_type": "event", "chunker": "text", "chunker_version": "gk-text-1", "chunk_chars": 1500,
+         "chunk_overlap": 200, "chunks": 1}]
+    assert runner.invoke(app, ["rebuild", "--dsn", dsn]).exit_code == 0
+    as_json = runner.invoke(app, ["status", "--json", "--dsn", dsn])
+    assert json.loads(as_json.stdout)["outdated_chunks"] == []
+
+
 @pytest.mark.parametrize("sizes", [
     '[]', '{"nope": {"chars": 500}}', '{"event": {"chars": 100}}', '{"event": {"chars": 500, "overlap": 250}}',
     '{"event": {"chars": 500.5}}', '{"event": {"size": 500}}', '{"event": 500}', '{"event": {"chars": "500"}}',
