@@ -379,19 +379,31 @@ begin
         sec_text := coalesce(carry_text || E'\n', '') || sec.text;
         carry_off := null;
         carry_text := null;
+        if cardinality(root) > 0 and cardinality(heads) > 0 and heads[1] = root[1] then
+            heading_path := root || heads[2:];
+            search_prefix := nullif(array_to_string(heads[2:], E'\n'), '');
+        else
+            heading_path := root || heads;
+            search_prefix := nullif(array_to_string(heads, E'\n'), '');
+        end if;
+        if length(sec_text) <= max_chars then
+            -- a section that fits one window is one chunk: chunk_text_spans's result, without the call
+            content := btrim(sec_text, E' \n\r\t');
+            if content <> '' then
+                chunk_seq := s;
+                char_start := sec_off + length(sec_text) - length(ltrim(sec_text, E' \n\r\t'));
+                char_end := char_start + length(content);
+                return next;
+                s := s + 1;
+            end if;
+            continue;
+        end if;
         for piece in select * from groundkit.chunk_text_spans(sec_text, max_chars, overlap_chars) loop
             continue when piece.content = '';
             chunk_seq := s;
             char_start := sec_off + piece.char_start;
             char_end := sec_off + piece.char_end;
             content := piece.content;
-            if cardinality(root) > 0 and cardinality(heads) > 0 and heads[1] = root[1] then
-                heading_path := root || heads[2:];
-                search_prefix := nullif(array_to_string(heads[2:], E'\n'), '');
-            else
-                heading_path := root || heads;
-                search_prefix := nullif(array_to_string(heads, E'\n'), '');
-            end if;
             return next;
             s := s + 1;
         end loop;

@@ -61,7 +61,9 @@ begin
     elsif content_type = 'board_post' then
         chunker := 'thread';
         chunker_version := 'gk-thread-1';
-        search_prefix := groundkit.thread_header(title, metadata);
+        -- (most posts name no thread: no call)
+        search_prefix := case when metadata ?| array['thread_title', 'board', 'tags']
+                              then groundkit.thread_header(title, metadata) end;
     else
         chunker := 'text';
         chunker_version := 'gk-text-1';
