@@ -439,6 +439,38 @@ def test_status_reports_outdated_chunks(dsn: str) -> None:
     assert json.loads(as_json.stdout)["outdated_chunks"] == []
 
 
+def test_set_chunk_sizes_python_and_cli(dsn: str) -> None:
+    """Groundkit.set_chunk_sizes and `groundkit config set-chunk-sizes`: one content type's
+    sizes, validated in the database, back to the defaults with neither; nothing re-chunked."""
+    from typer.testing import CliRunner
+
+    from groundkit import InvalidArgument
+    from groundkit.cli import app
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_object("t", 1, "transcript", "commons", "T0", "Talk", "", segments=[seg(0, 1, "hello")])
+        assert gk.set_chunk_sizes("transcript", 1000, 150) == (1000, 150)
+        assert gk.set_chunk_sizes("transcript", overlap=100) == (1500, 100)
+        for bad in [("transcript", 100, None), ("podcast", 900, None), ("transcript", 900, 450)]:
+            with pytest.raises(InvalidArgument):
+                gk.set_chunk_sizes(*bad)
+        with pytest.raises(InvalidArgument):
+            gk.set_chunk_sizes("transcript", True)
+        assert gk.conn.execute("select chunk_sizes from groundkit.config").fetchone() == {
+            "chunk_sizes": {"transcript": {"overlap": 100}}}
+    result = CliRunner().invoke(app, ["config", "set-chunk-sizes", "transcript", "--chars", "900", "--overlap",
+                                      "100", "--dsn", dsn], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert ("transcript: chunks of at most 900 characters, 100 of overlap; 1 chunks made otherwise:"
+            " groundkit rebuild re-chunks them") in result.output
+    result = CliRunner().invoke(app, ["config", "set-chunk-sizes", "transcript", "--dsn", dsn],
+                                env={"COLUMNS": "200"})
+    assert "at most 1500 characters, 200 of overlap; no chunk made otherwise" in result.output
+    with Groundkit.connect(dsn) as gk:
+        assert gk.conn.execute("select chunk_sizes from groundkit.config").fetchone() == {"chunk_sizes": {}}
+
+
 @pytest.mark.parametrize("sizes", [
     '[]', '{"nope": {"chars": 500}}', '{"event": {"chars": 100}}', '{"event": {"chars": 500, "overlap": 250}}',
     '{"event": {"chars": 500.5}}', '{"event": {"size": 500}}', '{"event": 500}', '{"event": {"chars": "500"}}',
