@@ -228,7 +228,7 @@ $$;
 -- The planner's statistics (pg_statistic, read through pg_stats) hold samples of the columns'
 -- values: after a redaction, its terms could stay there until the next ANALYZE. The term
 -- columns keep their statistics (plans and index_status() read them; the columns of text
--- have none, revision 0013), and this analyzes again each one whose most common values or
+-- have none, revision 0014), and this analyzes again each one whose most common values or
 -- histogram name one of p_terms. The caller's deletions are not sampled: ANALYZE leaves out
 -- rows its own transaction deleted. Rarely needed (a term in one object's text is seldom among
 -- a sample's most common values or bounds); when it is, it costs one ANALYZE of that column (a

@@ -29,7 +29,12 @@ as $$
                     union all
                     select concat_ws('|', 'c', c.object_id, c.chunk_seq, c.object_version, md5(c.content),
                                      c.tsv::text, c.doc_len, coalesce(c.stat_scope::text, '-'), c.start_ms,
-                                     c.end_ms, c.chunker_version)
+                                     c.end_ms, c.chunker_version,
+                                     -- the columns of revision 0015, null on older chunks
+                                     coalesce(c.chunker, '-'), coalesce(c.chunk_chars::text, '-'),
+                                     coalesce(c.chunk_overlap::text, '-'), coalesce(c.char_start::text, '-'),
+                                     coalesce(c.char_end::text, '-'), coalesce(c.heading_path::text, '-'),
+                                     coalesce(md5(c.search_prefix), '-'))
                       from groundkit.chunks c
                     union all
                     select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq,

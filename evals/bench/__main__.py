@@ -5,6 +5,7 @@
     ingest-dir    groundkit ingest over a tree of 10,000 Markdown files and of 200 PDFs; the loaders' share
     ab            paired comparison of two databases, or of two revisions' SQL on copies of one
     profile       where a search's or a write's time goes, statement by statement
+    chunking      what each content type's chunker costs per object, against the text chunker
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, ingest, ingest_dir, profile, search, sidechannel, unmaintained
+from evals.bench import ab, chunking, ingest, ingest_dir, profile, search, sidechannel, unmaintained
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
@@ -24,6 +25,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "ingest-dir": ingest_dir.main,
     "ab": ab.main,
     "profile": profile.main,
+    "chunking": chunking.main,
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
 }
