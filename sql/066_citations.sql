@@ -94,7 +94,7 @@ $$;
 -- board post whole, a section or document chunk's whole section (the chunks that share its
 -- heading path), anything else the chunk with the chunks before and after it. Offsets are
 -- char_start/char_end's: into the body, or into a transcript's segment texts joined by one space.
--- A chunk made before revision 0013 has no offsets: its context is itself.
+-- A section or other chunk made before revision 0013 has no offsets: its context is itself.
 create or replace function groundkit._citation_context(
     c groundkit.chunks, content_type text, body text, segments jsonb)
 returns table (context text, char_start integer, char_end integer, start_ms bigint, end_ms bigint)
@@ -106,9 +106,7 @@ declare
     lo integer;
     hi integer;
 begin
-    if c.char_start is null or c.char_end is null then
-        return query select c.content, null::integer, null::integer, c.start_ms, c.end_ms;
-    elsif _citation_context.content_type = 'transcript' and segments is not null then
+    if _citation_context.content_type = 'transcript' and segments is not null then
         return query
         with seg as (
             select e.ord, e.s ->> 'text' as txt, (e.s ->> 'start_ms')::bigint as s_ms,
@@ -117,9 +115,11 @@ begin
                     - length(e.s ->> 'text') - 1)::integer as off
               from jsonb_array_elements(segments) with ordinality as e(s, ord)
         ),
+        -- the segments the chunk covers (a chunk never splits one): by their times, which
+        -- every segments chunk has, whichever revision made it
         covered as (
             select min(sg.ord) as lo, max(sg.ord) as hi from seg sg
-             where sg.off < c.char_end and sg.off + length(sg.txt) > c.char_start
+             where sg.s_ms >= c.start_ms and sg.e_ms <= c.end_ms
         )
         select string_agg(sg.txt, ' ' order by sg.ord), min(sg.off), max(sg.off + length(sg.txt)),
                min(sg.s_ms), max(sg.e_ms)
@@ -127,6 +127,8 @@ begin
          where sg.ord between cv.lo - 2 and cv.hi + 2;
     elsif _citation_context.content_type = 'board_post' then
         return query select body, 0, length(body), null::bigint, null::bigint;
+    elsif c.char_start is null or c.char_end is null then
+        return query select c.content, null::integer, null::integer, c.start_ms, c.end_ms;
     else
         if c.heading_path is not null then
             select min(x.char_start), max(x.char_end) into lo, hi
