@@ -8,6 +8,7 @@ import html
 import io
 import json
 import re
+from typing import Any
 
 import psycopg
 import pytest
@@ -24,7 +25,7 @@ from tests.conftest import upgrade_revisions_only
 
 runner = CliRunner()
 
-SEGMENTS = [
+SEGMENTS: list[dict[str, Any]] = [
     {"start_ms": 755_000 + i * 6_000, "end_ms": 755_000 + i * 6_000 + 5_500, "text": text}
     for i, text in enumerate([
         "Welcome back to the glaze clinic.",
@@ -74,7 +75,7 @@ def test_search_hit_of_a_reply_names_its_thread(gk: Groundkit) -> None:
     assert (opening.thread_id, opening.thread_title) == ("t1", "Kiln wash recipes")  # its own thread
 
 
-def test_search_columns_in_sql_and_python_agree(gk: Groundkit, raw: psycopg.Connection) -> None:  # type: ignore[type-arg]
+def test_search_columns_in_sql_and_python_agree(gk: Groundkit, raw: psycopg.Connection[Any]) -> None:
     _world(gk)
     gk.put_object("d1", 1, "document", "studio", "T0", "Glazes", "Glaze chemistry for potters.")
     cols = [d.name for d in raw.execute("select * from groundkit.search('ana', 'glaze')").description or []]
@@ -102,7 +103,7 @@ def test_snippet_is_short_and_around_the_match(gk: Groundkit) -> None:
     assert len((hit.snippet or "").split()) <= 40 < len(hit.content.split())
 
 
-def test_snippet_markers_are_chosen_per_call(gk: Groundkit, raw: psycopg.Connection) -> None:  # type: ignore[type-arg]
+def test_snippet_markers_are_chosen_per_call(gk: Groundkit, raw: psycopg.Connection[Any]) -> None:
     _world(gk)
     gk.put_object("d1", 1, "document", "studio", "T0", "Glazes", "A celadon glaze.")
     (hit,) = gk.search("ana", "celadon", snippet_start="[[", snippet_end="]]")
@@ -116,8 +117,8 @@ def test_snippet_markers_are_chosen_per_call(gk: Groundkit, raw: psycopg.Connect
 
 def test_snippet_escapes_html_so_a_chunk_cannot_forge_or_inject_markup(gk: Groundkit) -> None:
     _world(gk)
-    body = ('Fake <mark>celadon</mark> and <script>alert("celadon")</script> & <b onclick=x>celadon</b> '
-            "1 < 2 > 0 it's \x01celadon\x02")
+    body = ('Fake <mark>celadon</mark> and <script>alert("it\'s celadon")</script> & <b onclick=x>celadon</b> '
+            "1 < 2 > 0 \x01celadon\x02")
     gk.put_object("d1", 1, "document", "studio", "T0", "Evil", body)
     (hit,) = gk.search("ana", "celadon")
     snippet = hit.snippet or ""
@@ -130,7 +131,7 @@ def test_snippet_escapes_html_so_a_chunk_cannot_forge_or_inject_markup(gk: Groun
     assert "<script>alert(" in html.unescape(snippet.replace("<mark>", "").replace("</mark>", ""))
 
 
-def test_snippet_markers_are_checked(gk: Groundkit, raw: psycopg.Connection) -> None:  # type: ignore[type-arg]
+def test_snippet_markers_are_checked(gk: Groundkit, raw: psycopg.Connection[Any]) -> None:
     _world(gk)
     for bad in ({"snippet_start": "x" * 65}, {"snippet_end": "\x02"}):
         with pytest.raises(InvalidArgument):
@@ -201,15 +202,17 @@ def test_fetch_citation_of_a_board_post_is_the_whole_post(gk: Groundkit) -> None
 
 def test_fetch_citation_of_a_transcript_is_its_window_with_neighbouring_segments(gk: Groundkit) -> None:
     _world(gk)
-    segments = [{"start_ms": i * 10_000, "end_ms": i * 10_000 + 9_000, "text": f"Segment {i} says " + "clay " * 40}
-                for i in range(30)]
+    segments: list[dict[str, Any]] = [
+        {"start_ms": i * 10_000, "end_ms": i * 10_000 + 9_000, "text": f"Segment {i} says " + "clay " * 40}
+        for i in range(30)]
     segments[15]["text"] = "Segment 15 says shivering " + "clay " * 40
     gk.put_object("talk", 1, "transcript", "studio", "T0", "Talk", "", segments=segments)
     (hit,) = [h for h in gk.search("ana", "shivering") if h.object_id == "talk"]
     cited = gk.fetch_citation("ana", "talk", 1, hit.chunk_seq)
     assert cited is not None and cited.start_ms == hit.start_ms and cited.end_ms == hit.end_ms
     assert cited.context_start_ms is not None and cited.context_end_ms is not None
-    covered = [i for i, s in enumerate(segments) if hit.start_ms <= s["start_ms"] and s["end_ms"] <= hit.end_ms]  # type: ignore[operator]
+    covered = [i for i, s in enumerate(segments)
+               if (hit.start_ms or 0) <= s["start_ms"] and s["end_ms"] <= (hit.end_ms or 0)]
     lo, hi = max(covered[0] - 2, 0), min(covered[-1] + 2, len(segments) - 1)
     assert (cited.context_start_ms, cited.context_end_ms) == (segments[lo]["start_ms"], segments[hi]["end_ms"])
     assert cited.context == " ".join(str(s["text"]) for s in segments[lo:hi + 1])
