@@ -30,12 +30,14 @@ $$;
 -- sentence and word breaks, with overlap_chars of overlap. The start position strictly
 -- increases on every step, so text with no separators at all (base64, long URLs, minified
 -- code) terminates for any overlap: the defect this chunker must never have.
--- Positions are character positions in body, but substr and length walk a UTF-8 string from
--- its start, so every read goes to `tail`, a suffix of body that starts at most a few windows
--- before start_pos (body position p is tail position p - base). Long texts chunk in linear
--- time instead of quadratic; the output is the same.
-create or replace function groundkit.chunk_text(body text, max_chars integer, overlap_chars integer)
-returns table (chunk_seq integer, content text)
+-- Each window is trimmed of whitespace and carries its place in body: 0-based character
+-- offsets, [char_start, char_end), with substr(body, char_start + 1, char_end - char_start) =
+-- content. Positions are character positions in body, but substr and length walk a UTF-8 string
+-- from its start, so every read goes to `tail`, a suffix of body that starts at most a few
+-- windows before start_pos (body position p is tail position p - base). Long texts chunk in
+-- linear time instead of quadratic; the output is the same.
+create or replace function groundkit.chunk_text_spans(body text, max_chars integer, overlap_chars integer)
+returns table (chunk_seq integer, char_start integer, char_end integer, content text)
 language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
@@ -49,6 +51,7 @@ declare
     s integer := 0;
     tail text := body;
     base integer := 0;
+    raw text;
 begin
     if max_chars is null or max_chars < 1 then
         raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
@@ -59,6 +62,8 @@ begin
     end if;
     if n = 0 or btrim(body, E' \n\r\t') = '' then
         chunk_seq := 0;
+        char_start := 0;
+        char_end := 0;
         content := '';
         return next;
         return;
@@ -78,9 +83,12 @@ begin
                 stop_pos := start_pos + cut - 1;
             end if;
         end if;
-        content := btrim(substr(tail, start_pos - base, stop_pos - start_pos + 1), E' \n\r\t');
+        raw := substr(tail, start_pos - base, stop_pos - start_pos + 1);
+        content := btrim(raw, E' \n\r\t');
         if content <> '' then
             chunk_seq := s;
+            char_start := start_pos - 1 + length(raw) - length(ltrim(raw, E' \n\r\t'));
+            char_end := char_start + length(content);
             s := s + 1;
             return next;
         end if;
@@ -99,6 +107,15 @@ begin
         start_pos := next_pos;
     end loop;
 end
+$$;
+
+-- chunk_text_spans without the offsets (the recursive chunker, version gk-text-1).
+create or replace function groundkit.chunk_text(body text, max_chars integer, overlap_chars integer)
+returns table (chunk_seq integer, content text)
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select t.chunk_seq, t.content from groundkit.chunk_text_spans(body, max_chars, overlap_chars) t
 $$;
 
 -- Validate transcript segments: a non-empty array of {"start_ms", "end_ms", "text"}.
@@ -139,59 +156,340 @@ begin
 end
 $$;
 
--- Pack consecutive transcript segments into windows of at most max_chars characters; each
--- chunk carries the start of its first segment and the end of its last, so a citation can
--- jump to the moment. A single segment longer than max_chars is split by chunk_text.
-create or replace function groundkit.chunk_segments(segments jsonb, max_chars integer, overlap_chars integer)
-returns table (chunk_seq integer, content text, start_ms bigint, end_ms bigint)
+-- The transcript chunker (gk-segments-2): windows of whole segments, at most max_chars characters
+-- of their texts joined by one space, so that a citation can jump to the moment. A window
+-- ends, among the segments that fit, after the longest pause (a gap of at least a second before
+-- the next segment), else after the last segment that ends a sentence, else after the last
+-- segment that fits; no earlier than half a window. The next window starts with the window's
+-- last whole segments that fit in overlap_chars. A segment longer than max_chars is the only one
+-- ever split: chunk_text_spans cuts it, every piece with the segment's times.
+-- Offsets are into the segments' trimmed, non-empty texts joined by one space; seg_first and
+-- seg_last are the 0-based indexes (in `segments`) of the first and last segment covered.
+create or replace function groundkit.chunk_transcript(segments jsonb, max_chars integer, overlap_chars integer)
+returns table (chunk_seq integer, char_start integer, char_end integer, content text,
+               start_ms bigint, end_ms bigint, seg_first integer, seg_last integer)
 language plpgsql immutable parallel safe
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    el jsonb;
-    buf text := '';
-    buf_start bigint;
-    buf_end bigint;
-    seg_text text;
-    piece record;
+    pause_ms constant bigint := 1000;
+    joined text;
+    -- fixed-width arrays only: a subscript of a text[] walks it from its start
+    idx integer[];
+    starts bigint[];
+    ends bigint[];
+    offs integer[];
+    lens integer[];
+    sentence boolean[];
+    n integer;
+    i integer := 1;
+    j integer;
+    b integer;
+    c integer;
+    k integer;
+    prev_b integer := 0;
+    best_gap bigint;
     s integer := 0;
+    piece record;
 begin
+    if max_chars is null or max_chars < 1 then
+        raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
+    end if;
+    if overlap_chars is null or overlap_chars < 0 or overlap_chars >= max_chars then
+        raise exception 'overlap_chars must be between 0 and max_chars - 1 (got %)', overlap_chars
+            using errcode = 'GK005';
+    end if;
     perform groundkit._check_segments(segments);
-    for el in select value from jsonb_array_elements(segments) loop
-        seg_text := btrim(el ->> 'text');
-        if seg_text = '' then
-            continue;
-        end if;
-        if buf <> '' and length(buf) + 1 + length(seg_text) > max_chars then
-            chunk_seq := s; content := buf; start_ms := buf_start; end_ms := buf_end;
-            return next;
-            s := s + 1;
-            buf := '';
-        end if;
-        if length(seg_text) > max_chars then
-            for piece in select * from groundkit.chunk_text(seg_text, max_chars, overlap_chars) loop
-                chunk_seq := s; content := piece.content;
-                start_ms := (el ->> 'start_ms')::numeric::bigint;
-                end_ms := (el ->> 'end_ms')::numeric::bigint;
+    select string_agg(x.t, ' ' order by x.n), array_agg(x.n::integer - 1 order by x.n),
+           array_agg(x.s order by x.n), array_agg(x.e order by x.n),
+           array_agg(x.off order by x.n), array_agg(length(x.t) order by x.n),
+           array_agg(x.t ~ '[.!?…]["''”’)\]]*$' order by x.n)
+      into joined, idx, starts, ends, offs, lens, sentence
+      from (select y.*, (sum(length(y.t) + 1) over (order by y.n) - length(y.t) - 1)::integer as off
+              from (select e.n, btrim(e.v ->> 'text', E' \n\r\t') as t,
+                           (e.v ->> 'start_ms')::numeric::bigint as s, (e.v ->> 'end_ms')::numeric::bigint as e
+                      from jsonb_array_elements(segments) with ordinality e(v, n)) y
+             where y.t <> '') x;
+    n := coalesce(cardinality(idx), 0);
+    if n = 0 then
+        chunk_seq := 0; char_start := 0; char_end := 0; content := '';
+        start_ms := null; end_ms := null; seg_first := null; seg_last := null;
+        return next;
+        return;
+    end if;
+    while i <= n loop
+        if lens[i] > max_chars then
+            for piece in select * from groundkit.chunk_text_spans(substr(joined, offs[i] + 1, lens[i]),
+                                                                  max_chars, overlap_chars) loop
+                chunk_seq := s; char_start := offs[i] + piece.char_start; char_end := offs[i] + piece.char_end;
+                content := piece.content; start_ms := starts[i]; end_ms := ends[i];
+                seg_first := idx[i]; seg_last := idx[i];
                 return next;
                 s := s + 1;
             end loop;
+            prev_b := i;
+            i := i + 1;
             continue;
         end if;
-        if buf = '' then
-            buf := seg_text;
-            buf_start := (el ->> 'start_ms')::numeric::bigint;
-        else
-            buf := buf || ' ' || seg_text;
+        -- the last segment that fits in a window starting with segment i
+        j := i;
+        while j < n and offs[j + 1] + lens[j + 1] - offs[i] <= max_chars loop
+            j := j + 1;
+        end loop;
+        b := j;
+        if j < n and lens[j + 1] <= max_chars then
+            -- a choice of break: the longest pause, else the last sentence end, else j
+            best_gap := pause_ms - 1;
+            for c in reverse j .. greatest(i, prev_b + 1) loop
+                exit when (offs[c] + lens[c] - offs[i]) * 2 < max_chars;
+                if starts[c + 1] - ends[c] > best_gap then
+                    best_gap := starts[c + 1] - ends[c];
+                    b := c;
+                end if;
+            end loop;
+            if best_gap < pause_ms then
+                for c in reverse j .. greatest(i, prev_b + 1) loop
+                    exit when (offs[c] + lens[c] - offs[i]) * 2 < max_chars;
+                    if sentence[c] then
+                        b := c;
+                        exit;
+                    end if;
+                end loop;
+            end if;
         end if;
-        buf_end := (el ->> 'end_ms')::numeric::bigint;
-    end loop;
-    if buf <> '' then
-        chunk_seq := s; content := buf; start_ms := buf_start; end_ms := buf_end;
+        chunk_seq := s; char_start := offs[i]; char_end := offs[b] + lens[b];
+        content := substr(joined, offs[i] + 1, char_end - char_start);
+        start_ms := starts[i]; end_ms := ends[i];
+        for c in i + 1 .. b loop
+            start_ms := least(start_ms, starts[c]);
+            end_ms := greatest(end_ms, ends[c]);
+        end loop;
+        seg_first := idx[i]; seg_last := idx[b];
         return next;
-    elsif s = 0 then
-        chunk_seq := 0; content := ''; start_ms := null; end_ms := null;
+        s := s + 1;
+        exit when b = n;
+        -- the overlap: the window's last whole segments within overlap_chars, as long as the
+        -- next window still takes a new segment (and it starts after this one's start)
+        k := b + 1;
+        if lens[b + 1] <= max_chars then
+            while k - 1 > i and offs[b] + lens[b] - offs[k - 1] <= overlap_chars
+                  and offs[b + 1] + lens[b + 1] - offs[k - 1] <= max_chars loop
+                k := k - 1;
+            end loop;
+        end if;
+        prev_b := b;
+        i := k;
+    end loop;
+end
+$$;
+
+-- chunk_transcript without the offsets and segment indexes.
+create or replace function groundkit.chunk_segments(segments jsonb, max_chars integer, overlap_chars integer)
+returns table (chunk_seq integer, content text, start_ms bigint, end_ms bigint)
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select t.chunk_seq, t.content, t.start_ms, t.end_ms
+      from groundkit.chunk_transcript(segments, max_chars, overlap_chars) t
+$$;
+
+-- The Markdown chunker (gk-markdown-1), for course sections and documents: the body is cut into
+-- sections at its ATX headings (`#` to `######` at the start of a line, outside ``` and ~~~
+-- fences), and each section by chunk_text_spans. A chunk carries its heading path: the title
+-- (when not blank), then the headings open at its section, its own last (a first heading equal
+-- to the title is not repeated). A bare heading right above a deeper one joins the section below. search_prefix is that path without the title, one heading a
+-- line: indexed with the chunk (the title is indexed with every chunk already), not displayed.
+-- Offsets as chunk_text_spans's, into body. Lines split at LF; a CR before it stays in the text.
+create or replace function groundkit.chunk_markdown(body text, title text, max_chars integer, overlap_chars integer)
+returns table (chunk_seq integer, char_start integer, char_end integer, content text,
+               heading_path text[], search_prefix text)
+language plpgsql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    sec record;
+    piece record;
+    root text[] := case when btrim(coalesce(title, '')) = '' then '{}'::text[] else array[btrim(title)] end;
+    levels integer[] := '{}';   -- the levels of the open headings
+    heads text[] := '{}';       -- and their texts
+    head text;
+    sec_off integer;
+    sec_text text;
+    carry_off integer;     -- a bare heading waiting for the section below it
+    carry_text text;
+    s integer := 0;
+begin
+    if max_chars is null or max_chars < 1 then
+        raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
+    end if;
+    if overlap_chars is null or overlap_chars < 0 or overlap_chars >= max_chars then
+        raise exception 'overlap_chars must be between 0 and max_chars - 1 (got %)', overlap_chars
+            using errcode = 'GK005';
+    end if;
+    for sec in
+        with lines as (
+            select l.n, l.line,
+                   (sum(length(l.line) + 1) over (order by l.n) - length(l.line) - 1)::integer as off,
+                   l.line ~ '^ {0,3}(```|~~~)' as fence
+              from string_to_table(coalesce(body, ''), E'\n') with ordinality l(line, n)
+        ), marked as (
+            select x.n, x.line, x.off,
+                   not x.in_fence and not x.fence and x.line ~ '^ {0,3}#{1,6}([ \t\r]|$)' as heading
+              from (select lines.*,
+                           coalesce(count(*) filter (where lines.fence)
+                                    over (order by lines.n rows between unbounded preceding and 1 preceding), 0)
+                           % 2 = 1 as in_fence
+                      from lines) x
+        ), numbered as (
+            select m.*, count(*) filter (where m.heading) over (order by m.n) as sec_no from marked m
+        ), sections as (
+            select u.sec_no, min(u.off) as off, string_agg(u.line, E'\n' order by u.n) as text,
+                   max(u.line) filter (where u.heading) as heading_line,
+                   count(*) filter (where btrim(u.line, E' \t\r') <> '') = 1 as bare
+              from numbered u
+             group by u.sec_no
+        )
+        select x.*, length(substring(x.heading_line from '^ {0,3}(#{1,6})')) as level,
+               lead(length(substring(x.heading_line from '^ {0,3}(#{1,6})'))) over (order by x.sec_no) as next_level
+          from sections x
+         order by x.sec_no
+    loop
+        if sec.heading_line is not null then
+            head := btrim(regexp_replace(regexp_replace(sec.heading_line, '^ {0,3}#{1,6}', ''),
+                                         '[ \t]+#+[ \t\r]*$|^#+[ \t\r]*$', ''), E' \t\r');
+            while cardinality(levels) > 0 and levels[cardinality(levels)] >= sec.level loop
+                levels := levels[1:cardinality(levels) - 1];
+                heads := heads[1:cardinality(heads) - 1];
+            end loop;
+            if head <> '' then
+                levels := levels || sec.level;
+                heads := heads || head;
+            end if;
+        end if;
+        -- A heading alone, right above a deeper one ("## Module" then "### Lesson"), is no chunk
+        -- of its own: it goes with the section below, under that section's heading path.
+        if sec.bare and sec.heading_line is not null and sec.next_level > sec.level then
+            carry_off := coalesce(carry_off, sec.off);
+            carry_text := coalesce(carry_text || E'\n', '') || sec.text;
+            continue;
+        end if;
+        sec_off := coalesce(carry_off, sec.off);
+        sec_text := coalesce(carry_text || E'\n', '') || sec.text;
+        carry_off := null;
+        carry_text := null;
+        for piece in select * from groundkit.chunk_text_spans(sec_text, max_chars, overlap_chars) loop
+            continue when piece.content = '';
+            chunk_seq := s;
+            char_start := sec_off + piece.char_start;
+            char_end := sec_off + piece.char_end;
+            content := piece.content;
+            if cardinality(root) > 0 and cardinality(heads) > 0 and heads[1] = root[1] then
+                heading_path := root || heads[2:];
+                search_prefix := nullif(array_to_string(heads[2:], E'\n'), '');
+            else
+                heading_path := root || heads;
+                search_prefix := nullif(array_to_string(heads, E'\n'), '');
+            end if;
+            return next;
+            s := s + 1;
+        end loop;
+    end loop;
+    if s = 0 then
+        chunk_seq := 0; char_start := 0; char_end := 0; content := '';
+        heading_path := root; search_prefix := null;
         return next;
     end if;
 end
 $$;
+
+-- A board post's thread header (gk-thread-1), indexed with each of its chunks and not displayed:
+-- the thread's title (metadata.thread_title, unless it is the post's own title, which every
+-- chunk indexes already), the board (the space id) and the tags (metadata.tags, an array of
+-- strings or one string), one a line. Null when there is none of them.
+create or replace function groundkit.thread_header(title text, space_id text, metadata jsonb)
+returns text
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select nullif(concat_ws(E'\n',
+                            case when t.thread_title is distinct from btrim(coalesce(title, ''))
+                                 then t.thread_title end,
+                            nullif(btrim(coalesce(space_id, '')), ''),
+                            t.tags), '')
+      from (select nullif(btrim(metadata ->> 'thread_title'), '') as thread_title,
+                   case jsonb_typeof(metadata -> 'tags')
+                        when 'string' then nullif(btrim(metadata ->> 'tags'), '')
+                        when 'array' then (select string_agg(g.v #>> '{}', ' ' order by g.o)
+                                             from jsonb_array_elements(metadata -> 'tags') with ordinality g(v, o)
+                                            where jsonb_typeof(g.v) = 'string')
+                   end as tags) t
+$$;
+
+-- The chunkers' current versions. A chunk whose version is not its chunker's here, or whose
+-- sizes are not its content type's (chunk_sizes), is out of date: groundkit status counts them,
+-- groundkit rebuild re-chunks them (docs/chunking.md).
+create or replace function groundkit.chunker_versions()
+returns table (chunker text, chunker_version text)
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    values ('text', 'gk-text-1'), ('markdown', 'gk-markdown-1'), ('thread', 'gk-thread-1'),
+           ('segments', 'gk-segments-2')
+$$;
+
+-- The chunk sizes of a content type: config.chunk_sizes's entry for it, else chunk_chars and
+-- chunk_overlap. (_materialize_many computes the same from the config row it holds.)
+create or replace function groundkit.chunk_sizes(content_type text, out chunk_chars integer, out chunk_overlap integer)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select coalesce((c.chunk_sizes -> content_type ->> 'chars')::integer, c.chunk_chars),
+           coalesce((c.chunk_sizes -> content_type ->> 'overlap')::integer, c.chunk_overlap)
+      from groundkit.config c
+$$;
+
+-- config.chunk_sizes: {"<content type>": {"chars": integer, "overlap": integer}, ...}, either key
+-- optional; every content type's sizes must satisfy the same bounds as chunk_chars and
+-- chunk_overlap (200 <= chars <= 1000000, 0 <= overlap, 2 * overlap < chars).
+create or replace function groundkit._config_chunk_sizes_guard() returns trigger
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    ct text;
+    entry jsonb;
+    chars integer;
+    overlap integer;
+begin
+    if jsonb_typeof(new.chunk_sizes) is distinct from 'object' then
+        raise exception 'config.chunk_sizes must be a JSON object of content type -> {"chars", "overlap"}'
+            using errcode = 'GK005';
+    end if;
+    for ct, entry in select key, value from jsonb_each(new.chunk_sizes) loop
+        if not exists (select 1 from groundkit.content_types t where t.name = ct) then
+            raise exception 'config.chunk_sizes: unknown content type %', quote_literal(ct) using errcode = 'GK005';
+        end if;
+        if jsonb_typeof(entry) <> 'object'
+           or exists (select 1 from jsonb_each(entry) e
+                       where e.key not in ('chars', 'overlap') or jsonb_typeof(e.value) <> 'number'
+                          or (e.value #>> '{}')::numeric <> trunc((e.value #>> '{}')::numeric)
+                          or abs((e.value #>> '{}')::numeric) > 2147483647) then
+            raise exception 'config.chunk_sizes.%: must be an object with integer "chars" and/or "overlap"', ct
+                using errcode = 'GK005';
+        end if;
+    end loop;
+    for ct in select t.name from groundkit.content_types t loop
+        chars := coalesce((new.chunk_sizes -> ct ->> 'chars')::integer, new.chunk_chars);
+        overlap := coalesce((new.chunk_sizes -> ct ->> 'overlap')::integer, new.chunk_overlap);
+        if chars not between 200 and 1000000 or overlap < 0 or overlap * 2 >= chars then
+            raise exception 'chunk sizes for %: chars % and overlap % (need 200 <= chars <= 1000000 and 0 <= 2 * overlap < chars)',
+                ct, chars, overlap using errcode = 'GK005';
+        end if;
+    end loop;
+    return new;
+end
+$$;
+
+create or replace trigger config_chunk_sizes_guard
+    before insert or update on groundkit.config
+    for each row execute function groundkit._config_chunk_sizes_guard();

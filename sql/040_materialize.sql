@@ -16,37 +16,84 @@ as $$
     )::text, 'UTF8')), 'hex')
 $$;
 
--- Chunks of one payload, with the chunker version that produced them. PL/pgSQL, which plans
--- its statements once a session: the SQL function it replaces (a union of three branches; not
--- inlinable, since it pins search_path) was planned afresh at every call unless the caller
--- forced generic plans, as _materialize_many does, about 55 µs a call (docs/bm25.md, "The floor
--- of a bulk write, any layout").
+-- Chunks of one payload, by its content type's chunker (docs/chunking.md): transcripts with
+-- segments by chunk_transcript, course sections and documents by chunk_markdown, board posts by
+-- chunk_text_spans under their thread header, anything else by chunk_text_spans. Each chunk with
+-- its chunker's name and version, its offsets, its heading path and the text indexed with it but
+-- not displayed (search_prefix). PL/pgSQL, which plans its statements once a session: the SQL
+-- function it replaced (a union of branches; not inlinable, since it pins search_path) was
+-- planned afresh at every call unless the caller forced generic plans, as _materialize_many
+-- does, about 55 µs a call (docs/bm25.md, "The floor of a bulk write, any layout").
 create or replace function groundkit._chunks_of(
-    content_type text, body text, segments jsonb, max_chars integer, overlap_chars integer)
-returns table (chunk_seq integer, content text, start_ms bigint, end_ms bigint, chunker_version text)
+    content_type text, title text, body text, segments jsonb, metadata jsonb, space_id text,
+    max_chars integer, overlap_chars integer)
+returns table (chunk_seq integer, content text, start_ms bigint, end_ms bigint, chunker text,
+               chunker_version text, char_start integer, char_end integer, heading_path text[],
+               search_prefix text)
 language plpgsql immutable
 set search_path = pg_catalog, pg_temp
 as $$
+declare
+    sections boolean := content_type in ('course_section', 'document');
 begin
     if coalesce(content_type = 'transcript' and segments is not null, false) then
         return query
-            select s.chunk_seq, s.content, s.start_ms, s.end_ms, 'gk-segments-1'::text
-              from groundkit.chunk_segments(segments, max_chars, overlap_chars) s;
-    elsif coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
-                   and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false) then
-        -- A body that fits one window is one chunk: chunk_text's own result, without its loop.
+            select t.chunk_seq, t.content, t.start_ms, t.end_ms, 'segments'::text, 'gk-segments-2'::text,
+                   t.char_start, t.char_end, null::text[], null::text
+              from groundkit.chunk_transcript(segments, max_chars, overlap_chars) t;
+        return;
+    end if;
+    if sections and strpos(body, '#') > 0 then
+        return query
+            select m.chunk_seq, m.content, null::bigint, null::bigint, 'markdown'::text, 'gk-markdown-1'::text,
+                   m.char_start, m.char_end, m.heading_path, m.search_prefix
+              from groundkit.chunk_markdown(body, title, max_chars, overlap_chars) m;
+        return;
+    end if;
+    -- no headings (chunk_markdown's result without its line scan), a board post, or plain text
+    start_ms := null;
+    end_ms := null;
+    if sections then
+        chunker := 'markdown';
+        chunker_version := 'gk-markdown-1';
+        heading_path := case when btrim(coalesce(title, '')) = '' then '{}'::text[] else array[btrim(title)] end;
+        search_prefix := null;
+    elsif content_type = 'board_post' then
+        chunker := 'thread';
+        chunker_version := 'gk-thread-1';
+        search_prefix := groundkit.thread_header(title, space_id, metadata);
+    else
+        chunker := 'text';
+        chunker_version := 'gk-text-1';
+        search_prefix := null;
+    end if;
+    if coalesce(length(body) <= max_chars and btrim(body, E' \n\r\t') <> ''
+                and max_chars >= 1 and overlap_chars >= 0 and overlap_chars < max_chars, false) then
+        -- A body that fits one window is one chunk: chunk_text_spans's own result, without its loop.
         chunk_seq := 0;
         content := btrim(body, E' \n\r\t');
-        start_ms := null;
-        end_ms := null;
-        chunker_version := 'gk-text-1';
+        char_start := length(body) - length(ltrim(body, E' \n\r\t'));
+        char_end := char_start + length(content);
         return next;
-    else
-        return query
-            select t.chunk_seq, t.content, null::bigint, null::bigint, 'gk-text-1'::text
-              from groundkit.chunk_text(body, max_chars, overlap_chars) t;
+        return;
     end if;
+    for chunk_seq, char_start, char_end, content in
+        select t.chunk_seq, t.char_start, t.char_end, t.content
+          from groundkit.chunk_text_spans(body, max_chars, overlap_chars) t loop
+        return next;
+    end loop;
 end
+$$;
+
+-- The text a chunk is indexed by: its object's title, its search prefix (a thread header, the
+-- headings above it) and its content. One expression, inlined where it is called (no SET
+-- clause; as for _impact, PUBLIC may not execute it: sql/090_roles.sql).
+create or replace function groundkit._chunk_tsv(title text, search_prefix text, content text)
+returns tsvector
+language sql immutable parallel safe
+as $$
+    select to_tsvector('groundkit.english'::regconfig,
+                       coalesce(title, '') || E'\n' || coalesce(search_prefix || E'\n', '') || content)
 $$;
 
 -- The visibility bucket of a chunk (postings.vis_key, docs/bm25.md): the tier rank shared
@@ -225,19 +272,23 @@ begin
     new_chunks as (
         insert into groundkit.chunks (object_id, object_version, chunk_seq, content, tsv, doc_len,
                                       stat_scope, start_ms, end_ms, chunker_version, chunker,
-                                      chunk_chars, chunk_overlap)
+                                      chunk_chars, chunk_overlap, char_start, char_end, heading_path,
+                                      search_prefix)
         select ev.object_id, ev.version, ch.chunk_seq, ch.content, v.tsv,
                (select coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
                   from unnest(v.tsv) u)::integer,
-               ev.scope, ch.start_ms, ch.end_ms, ch.chunker_version,
-               case when ch.chunker_version like 'gk-segments-%' then 'segments' else 'text' end,
-               cfg.chunk_chars, cfg.chunk_overlap
+               ev.scope, ch.start_ms, ch.end_ms, ch.chunker_version, ch.chunker,
+               sz.chars, sz.overlap, ch.char_start, ch.char_end, ch.heading_path, ch.search_prefix
           from ev
-         cross join lateral groundkit._chunks_of(ev.content_type, ev.body, ev.segments,
-                                                 cfg.chunk_chars, cfg.chunk_overlap) ch
+         -- the content type's sizes, as groundkit.chunk_sizes() reads them
          cross join lateral (
-               select to_tsvector('groundkit.english'::regconfig,
-                                  coalesce(ev.title, '') || E'\n' || ch.content) as tsv
+               select coalesce((cfg.chunk_sizes -> ev.content_type ->> 'chars')::integer, cfg.chunk_chars) as chars,
+                      coalesce((cfg.chunk_sizes -> ev.content_type ->> 'overlap')::integer, cfg.chunk_overlap)
+                          as overlap) sz
+         cross join lateral groundkit._chunks_of(ev.content_type, ev.title, ev.body, ev.segments, ev.metadata,
+                                                 ev.space_id, sz.chars, sz.overlap) ch
+         cross join lateral (
+               select groundkit._chunk_tsv(ev.title, ch.search_prefix, ch.content) as tsv
                offset 0) v
         returning chunk_id, object_id, tsv, doc_len
     ),

@@ -238,7 +238,6 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     cur groundkit.objects;
-    cfg groundkit.config;
     terms text[];
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
 begin
@@ -262,7 +261,6 @@ begin
 
     -- Every term the object's text ever produced: from its current chunks, and from every
     -- payload in the log (chunked again), before the scrub below removes the text.
-    select * into cfg from groundkit.config;
     select coalesce(array_agg(distinct x.term order by x.term), '{}') into terms
       from (select u.lexeme as term
               from groundkit.chunks c cross join lateral unnest(c.tsv) u
@@ -270,10 +268,10 @@ begin
             union
             select u.lexeme
               from groundkit.content_log l
-             cross join lateral groundkit._chunks_of(l.content_type, l.body, l.segments,
-                                                    cfg.chunk_chars, cfg.chunk_overlap) ch
-             cross join lateral unnest(to_tsvector('groundkit.english'::regconfig,
-                                                   coalesce(l.title, '') || E'\n' || ch.content)) u
+             cross join lateral groundkit.chunk_sizes(l.content_type) sz
+             cross join lateral groundkit._chunks_of(l.content_type, l.title, l.body, l.segments, l.metadata,
+                                                    l.space_id, sz.chunk_chars, sz.chunk_overlap) ch
+             cross join lateral unnest(groundkit._chunk_tsv(l.title, ch.search_prefix, ch.content)) u
              where l.object_id = redact_object.object_id and l.op in ('put', 'retier') and not l.scrubbed) x;
 
     -- Lock the counter rows of those terms before touching any other: first this backend's

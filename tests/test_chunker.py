@@ -157,7 +157,8 @@ def test_chunk_text_rejects_bad_sizes(chunker: Raw) -> None:
 def chunks_of(raw: Raw, content_type: str, body: str, segments: list[dict[str, Any]] | None, max_chars: int,
               overlap: int) -> list[tuple[Any, ...]]:
     return raw.execute(
-        "select chunk_seq, content, start_ms, end_ms, chunker_version from groundkit._chunks_of(%s, %s, %s, %s, %s)",
+        "select chunk_seq, content, start_ms, end_ms, chunker_version"
+        " from groundkit._chunks_of(%s, null, %s, %s, null, null, %s, %s)",
         (content_type, body, Jsonb(segments) if segments is not None else None, max_chars, overlap),
     ).fetchall()
 
@@ -186,7 +187,7 @@ def test_chunks_of_is_one_window_or_chunk_text(
 def test_chunks_of_uses_segments_for_transcripts_and_rejects_bad_sizes(chunker: Raw) -> None:
     segments = [{"start_ms": 0, "end_ms": 10, "text": "intro"}, {"start_ms": 10, "end_ms": 20, "text": "more"}]
     assert chunks_of(chunker, "transcript", "ignored body", segments, 100, 10) == [
-        (0, "intro more", 0, 20, "gk-segments-1")]
+        (0, "intro more", 0, 20, "gk-segments-2")]
     for max_chars, overlap in [(0, 0), (10, 10), (10, -1)]:
         with pytest.raises(psycopg.Error) as info:
             chunks_of(chunker, "post", "some text", None, max_chars, overlap)
@@ -195,49 +196,6 @@ def test_chunks_of_uses_segments_for_transcripts_and_rejects_bad_sizes(chunker: 
 
 
 # -- transcripts -----------------------------------------------------------------------------
-
-
-def pack(segments: list[dict[str, Any]], max_chars: int) -> list[tuple[str, int, int]]:
-    """The expected packing of short segments: greedy, joined by spaces."""
-    out: list[tuple[str, int, int]] = []
-    buf, start, end = "", 0, 0
-    for s in segments:
-        text = s["text"].strip()
-        if not text:
-            continue
-        if buf and len(buf) + 1 + len(text) > max_chars:
-            out.append((buf, start, end))
-            buf = ""
-        if not buf:
-            buf, start = text, s["start_ms"]
-        else:
-            buf += " " + text
-        end = s["end_ms"]
-    if buf:
-        out.append((buf, start, end))
-    return out
-
-
-segment_lists = st.lists(
-    st.tuples(st.integers(0, 5000), st.integers(0, 5000), st.text(alphabet="abc ", max_size=25)),
-    min_size=1, max_size=12,
-).map(lambda xs: [{"start_ms": a, "end_ms": a + b, "text": t} for a, b, t in xs])
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(segments=segment_lists, max_chars=st.integers(30, 80))
-def test_chunk_segments_keeps_start_and_end_ms(chunker: Raw, segments: list[dict[str, Any]],
-                                               max_chars: int) -> None:
-    rows = chunker.execute(
-        "select chunk_seq, content, start_ms, end_ms from groundkit.chunk_segments(%s, %s, 10)",
-        (Jsonb(segments), max_chars),
-    ).fetchall()
-    expected = pack(segments, max_chars)
-    if not expected:
-        assert rows == [(0, "", None, None)]
-    else:
-        assert [(r[1], r[2], r[3]) for r in rows] == expected
-        assert [r[0] for r in rows] == list(range(len(rows)))
 
 
 def test_chunk_segments_splits_a_long_segment_keeping_its_times(chunker: Raw) -> None:
@@ -267,14 +225,14 @@ def test_transcripts_chunk_by_segments_and_search_returns_times(community: Groun
         "select chunk_seq, start_ms, end_ms, chunker_version from groundkit.chunks where object_id = 'talk'"
         " order by chunk_seq"
     ).fetchall()
-    expected = pack(segments, 1500)
-    assert len(chunks) == len(expected) >= 2
-    assert [(c[1], c[2]) for c in chunks] == [(e[1], e[2]) for e in expected]
-    assert {c[3] for c in chunks} == {"gk-segments-1"}
+    # segments of 624, 628, 823 and 25 characters: two to a 1,500-character window, no overlap
+    # (no segment fits in 200 characters)
+    assert [(c[1], c[2]) for c in chunks] == [(0, 125_000), (125_000, 200_000)]
+    assert {c[3] for c in chunks} == {"gk-segments-2"}
     centering = gk.search("t0", "centering")
     assert [(h.start_ms, h.end_ms) for h in centering] == [(0, 125_000)]
     trimming = gk.search("t0", "trimming foot ring")
-    assert [(h.chunk_seq, h.start_ms, h.end_ms) for h in trimming] == [(len(chunks) - 1, 125_000, 200_000)]
+    assert [(h.chunk_seq, h.start_ms, h.end_ms) for h in trimming] == [(1, 125_000, 200_000)]
     # a body-only text object has no times
     gk.put_object("post", 1, "board_post", "open", "T0", "Trimming", "trimming tips")
     assert [(h.start_ms, h.end_ms) for h in gk.search("t0", "tips")] == [(None, None)]
@@ -362,12 +320,12 @@ def test_every_chunk_records_chunker_version(community: Groundkit, raw: Raw) -> 
     ).fetchall()
     by_object = {r[0]: (r[1], r[2]) for r in rows}
     assert by_object["doc"][0] > 1
-    assert by_object["doc"][1] == ["gk-text-1"]
-    assert by_object["empty"] == (1, ["gk-text-1"])
-    assert by_object["talk"] == (1, ["gk-segments-1"])
+    assert by_object["doc"][1] == ["gk-markdown-1"]
+    assert by_object["empty"] == (1, ["gk-thread-1"])
+    assert by_object["talk"] == (1, ["gk-segments-2"])
     assert by_object["talk2"] == (1, ["gk-text-1"])
     assert raw.execute(
         "select count(*) from groundkit.chunks where chunker_version is null or chunker_version = ''"
     ).fetchone() == (0,)
     gk.rebuild()
-    assert raw.execute("select count(distinct chunker_version) from groundkit.chunks").fetchone() == (2,)
+    assert raw.execute("select count(distinct chunker_version) from groundkit.chunks").fetchone() == (4,)

@@ -18,6 +18,8 @@ Create Date: 2026-12-03
 - ``config.chunk_sizes``: sizes per content type, ``{"transcript": {"chars": 1000, "overlap":
   150}}``; a type not named uses ``chunk_chars`` and ``chunk_overlap``.
 
+``groundkit._chunks_of`` with its old arguments goes (the replaceable SQL defines the new one).
+
 Chunks written before this revision keep nulls in the new columns (adding nullable columns
 rewrites nothing, at a million chunks too): ``groundkit status`` counts them as made by another
 chunker version, and ``groundkit rebuild`` re-chunks them.
@@ -47,6 +49,10 @@ alter table groundkit.chunks
 
 alter table groundkit.config
     add column chunk_sizes jsonb not null default '{}'::jsonb;
+
+-- _chunks_of takes the title, metadata and space (for headings and thread headers) and returns
+-- the new columns: the replaceable SQL defines it with its new arguments
+drop function if exists groundkit._chunks_of(text, text, jsonb, integer, integer);
 """
     )
 
