@@ -8,7 +8,9 @@
 -- neutralised: '<' and '>' travel as the control characters 3 and 4 (back after it), the matches
 -- come back between the control characters 1 and 2, the result is HTML-escaped, and only then
 -- do 1 and 2 become the caller's markers. Those four characters in the chunk itself become
--- spaces, so nothing in a chunk can forge a marker or inject markup.
+-- spaces, so nothing in a chunk can forge a marker or inject markup. (Own SQL over the chunk's
+-- to_tsvector positions would need the text's tokens with their offsets, which only ts_parse
+-- gives, with one lexize call per token from SQL: several times ts_headline's cost.)
 
 -- The query's terms as one tsquery of lexemes ORed together (each term quoted, so that no
 -- character of it is tsquery syntax); null when the query has no term.
@@ -32,8 +34,10 @@ as $$
 $$;
 
 -- The snippet of one chunk for the tsquery q (groundkit._query_tsquery): up to two fragments of
--- 6-18 words around the matches, joined by ' … ', whitespace collapsed, HTML-escaped, matches
--- between mark_start and mark_end. Without a match, the chunk's first words.
+-- 6-18 words around the matches, joined by ' … ', on one line (line breaks and tabs become
+-- spaces, which the parser reads alike: a regexp collapsing runs of spaces cost a third of the
+-- snippet), HTML-escaped, matches between mark_start and mark_end. Without a match, the chunk's
+-- first words.
 --
 -- Without `set search_path`, so that it is inlined into groundkit.search's statement (a call
 -- with a SET clause costs tens of µs a row): every name below is schema-qualified, its callers
@@ -43,13 +47,14 @@ returns text
 language sql stable
 as $$
     select pg_catalog.replace(pg_catalog.replace(
-               groundkit._html_escape(pg_catalog.translate(pg_catalog.btrim(pg_catalog.regexp_replace(
+               groundkit._html_escape(pg_catalog.translate(pg_catalog.btrim(
                    pg_catalog.ts_headline('groundkit.english'::pg_catalog.regconfig,
-                                          pg_catalog.translate(content, E'\x01\x02\x03\x04<>', E'    \x03\x04'),
+                                          pg_catalog.translate(content, E'\x01\x02\x03\x04<>\n\r\t',
+                                                               E'    \x03\x04   '),
                                           q,
                                           E'StartSel=\x01, StopSel=\x02, MaxFragments=2, MaxWords=18, '
-                                          'MinWords=6, FragmentDelimiter=" … "'),
-                   E'\\s+', ' ', 'g')), E'\x03\x04', '<>')),
+                                          'MinWords=6, FragmentDelimiter=" … "')),
+                   E'\x03\x04', '<>')),
                E'\x01', mark_start),
            E'\x02', mark_end)
 $$;
@@ -108,23 +113,33 @@ declare
 begin
     if _citation_context.content_type = 'transcript' and segments is not null then
         return query
+        -- the segments as the transcript chunker joins them (groundkit.chunk_transcript):
+        -- trimmed, the empty ones left out, offsets into their texts joined by one space
         with seg as (
-            select e.ord, e.s ->> 'text' as txt, (e.s ->> 'start_ms')::bigint as s_ms,
-                   (e.s ->> 'end_ms')::bigint as e_ms,
-                   (sum(length(e.s ->> 'text') + 1) over (order by e.ord)
-                    - length(e.s ->> 'text') - 1)::integer as off
-              from jsonb_array_elements(segments) with ordinality as e(s, ord)
+            select y.ord, y.txt, y.s_ms, y.e_ms, row_number() over (order by y.ord) as i,
+                   (sum(length(y.txt) + 1) over (order by y.ord) - length(y.txt) - 1)::integer as off
+              from (select e.ord, btrim(e.s ->> 'text', E' \n\r\t') as txt,
+                           (e.s ->> 'start_ms')::numeric::bigint as s_ms,
+                           (e.s ->> 'end_ms')::numeric::bigint as e_ms
+                      from jsonb_array_elements(segments) with ordinality as e(s, ord)) y
+             where y.txt <> ''
         ),
-        -- the segments the chunk covers (a chunk never splits one): by their times, which
-        -- every segments chunk has, whichever revision made it
+        -- the segments the chunk covers: by its offsets, or, on a chunk made before revision
+        -- 0013, by its times (a chunk never splits a segment but the one longer than a window)
         covered as (
-            select min(sg.ord) as lo, max(sg.ord) as hi from seg sg
-             where sg.s_ms >= c.start_ms and sg.e_ms <= c.end_ms
+            select min(sg.i) as lo, max(sg.i) as hi from seg sg
+             where case when c.char_start is not null
+                        then sg.off < c.char_end and sg.off + length(sg.txt) > c.char_start
+                        else sg.s_ms >= c.start_ms and sg.e_ms <= c.end_ms end
+        ),
+        -- and two more on each side
+        win as (
+            select sg.* from seg sg, covered cv
+             where sg.i between cv.lo - 2 and cv.hi + 2
         )
-        select string_agg(sg.txt, ' ' order by sg.ord), min(sg.off), max(sg.off + length(sg.txt)),
-               min(sg.s_ms), max(sg.e_ms)
-          from seg sg, covered cv
-         where sg.ord between cv.lo - 2 and cv.hi + 2;
+        select string_agg(w.txt, ' ' order by w.ord), min(w.off), max(w.off + length(w.txt)),
+               min(w.s_ms), max(w.e_ms)
+          from win w;
     elsif _citation_context.content_type = 'board_post' then
         return query select body, 0, length(body), null::bigint, null::bigint;
     elsif c.char_start is null or c.char_end is null then

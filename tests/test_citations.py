@@ -215,9 +215,10 @@ def test_fetch_citation_of_a_transcript_is_its_window_with_neighbouring_segments
                if (hit.start_ms or 0) <= s["start_ms"] and s["end_ms"] <= (hit.end_ms or 0)]
     lo, hi = max(covered[0] - 2, 0), min(covered[-1] + 2, len(segments) - 1)
     assert (cited.context_start_ms, cited.context_end_ms) == (segments[lo]["start_ms"], segments[hi]["end_ms"])
-    assert cited.context == " ".join(str(s["text"]) for s in segments[lo:hi + 1])
+    # segment texts trimmed and joined by one space, as the transcript chunker joins them
+    assert cited.context == " ".join(str(s["text"]).strip() for s in segments[lo:hi + 1])
     assert " ".join(hit.content.split()) in " ".join(cited.context.split())
-    joined = " ".join(str(s["text"]) for s in segments)
+    joined = " ".join(str(s["text"]).strip() for s in segments)
     assert joined[cited.context_char_start:cited.context_char_end] == cited.context
 
 
@@ -323,3 +324,14 @@ def test_revision_0014_drops_the_search_signature_before_citations(empty_dsn: st
                                            " where proname = 'search' and pronamespace = 'groundkit'::regnamespace")]
         assert sigs == ["groundkit.search(text,text,integer,text[],text[],text,text)"]
         conn.execute("select * from groundkit.search('x', 'y')")  # five arguments or fewer: not ambiguous
+
+
+def test_demo_shows_a_jump_to_time_a_reply_found_through_its_thread_and_a_section_snippet(server_dsn: str) -> None:
+    result = runner.invoke(app, ["demo", "--dsn", server_dsn], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "jump to 12:41" in out
+    assert "finds the reply Hardwax oil, three coats, whose text has none of those words" in out
+    assert "its thread, Which finish for a walnut dining table?, is indexed with it" in out
+    assert "finds the section Finishing 4: Oil and Wax › Preparing the surface" in out
+    assert "damp rag to raise the grain" in out and "&lt;" not in out

@@ -12,11 +12,13 @@ from typing import Any, Literal
 
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from pydantic import BaseModel, ConfigDict
+from rich.markup import escape
 from rich.panel import Panel
 from rich.rule import Rule
 from rich.table import Table
 
 import groundkit
+from groundkit.cli import citations
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.databases import fresh_database
@@ -83,6 +85,57 @@ def _matrix(results: dict[str, list[SearchHit]], community: Community, spaces: d
         table.add_row(obj.title, obj.tier_visibility, where, *cells)
     table.add_row("[bold]results[/]", "", "", *(f"[bold]{len(results[m.member_sub])}[/]" for m in community.members))
     return table
+
+
+class CitationCase(_Strict):
+    object_id: str
+    query: str
+
+
+class CitationDemo(_Strict):
+    """demo_data/citations.json: a recording, a board thread with a reply and a course section
+    with headings, and the query that finds each."""
+
+    reader: str
+    transcript: CitationCase
+    reply: CitationCase
+    section: CitationCase
+    objects: tuple[ContentObject, ...]
+
+
+def load_citation_demo() -> CitationDemo:
+    text = resources.files("groundkit").joinpath("demo_data/citations.json").read_text(encoding="utf-8")
+    return CitationDemo.model_validate(json.loads(text))
+
+
+def _cited(gk: Groundkit, reader: str, case: CitationCase) -> SearchHit:
+    hit = next((h for h in gk.search(reader, case.query) if h.object_id == case.object_id), None)
+    assert hit is not None, f"the demo's query {case.query!r} does not find {case.object_id}"
+    return hit
+
+
+def _citations(gk: Groundkit, demo: CitationDemo) -> None:
+    """Part 6: every hit says where it lies, and its snippet shows why it matched."""
+    out.print(Rule("6. Citations you can jump to"))
+    for obj in demo.objects:
+        gk.put(obj)
+    talk = _cited(gk, demo.reader, demo.transcript)
+    assert talk.start_ms is not None
+    out.print(f"[bold]{demo.transcript.query!r}[/] finds a stretch of [bold]{escape(talk.title)}[/]: "
+              f"jump to [bold cyan]{citations.clock(talk.start_ms)}[/].")
+    out.print(f"    {citations.snippet_markup(talk.snippet or '')}", highlight=False)
+    reply = _cited(gk, demo.reader, demo.reply)
+    out.print(f"[bold]{demo.reply.query!r}[/] finds the reply [bold]{escape(reply.title)}[/], whose text has none "
+              f"of those words: its thread, [cyan]{escape(reply.thread_title or '')}[/], is indexed with it.")
+    out.print(f"    {citations.snippet_markup(reply.snippet or '')}", highlight=False)
+    section = _cited(gk, demo.reader, demo.section)
+    out.print(f"[bold]{demo.section.query!r}[/] finds the section "
+              f"[cyan]{escape(citations.where(section))}[/], matches highlighted by their stems:")
+    out.print(f"    {citations.snippet_markup(section.snippet or '')}", highlight=False)
+    cited = gk.fetch_citation(demo.reader, section.object_id, section.object_version, section.chunk_seq)
+    assert cited is not None
+    out.print(f"groundkit.fetch_citation returns the whole section around it ({len(cited.context)} characters), "
+              "under the same permission check as search.")
 
 
 def _ids(hits: list[SearchHit]) -> set[str]:
@@ -185,7 +238,9 @@ def demo(dsn: DsnOption = None) -> None:
         same = gk.state_checksum() == checksum
         out.print(f"Log snapshot marker: [bold]{marker}[/] (the high-water mark a retrieval set can pin).")
         out.print(f"Rebuilt {rebuilt} objects from the log; derived-state checksum "
-                  f"{'[green]unchanged[/]' if same else '[red]CHANGED[/]'} ({checksum[:16]}...).")
+                  f"{'[green]unchanged[/]' if same else '[red]CHANGED[/]'} ({checksum[:16]}...).\n")
+
+        _citations(gk, load_citation_demo())
     out.print(Rule())
     out.print("Try it yourself: [cyan]groundkit search --as tess 'pricing' --dsn "
               f"'{make_conninfo(demo_dsn)}'[/]")
