@@ -224,18 +224,21 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+    q tsquery;
 begin
     perform groundkit._snippet_check(search.snippet_start, search.snippet_end);
+    -- once a search, not once a hit
+    q := groundkit._query_tsquery(search.query);
     return query
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
            t.thread_id, t.thread_title, c.chunker,
-           groundkit._snippet(c.content, tq.q, search.snippet_start, search.snippet_end)
+           groundkit._snippet(c.content, q, search.snippet_start, search.snippet_end)
       from groundkit._search_pruned(search.reader_sub, search.query, search.k,
                                     search.content_types, search.space_ids) r
       join groundkit.chunks c on c.chunk_id = r.chunk_id
       join groundkit.objects o on o.object_id = c.object_id
-     cross join (select groundkit._query_tsquery(search.query) as q) tq
      cross join lateral groundkit._thread_of(o.content_type, o.object_id, o.title, o.metadata) t
      order by r.score desc, c.object_id, c.chunk_seq;
 end

@@ -333,5 +333,6 @@ def test_demo_shows_a_jump_to_time_a_reply_found_through_its_thread_and_a_sectio
     assert "jump to 12:41" in out
     assert "finds the reply Hardwax oil, three coats, whose text has none of those words" in out
     assert "its thread, Which finish for a walnut dining table?, is indexed with it" in out
-    assert "finds the section Finishing 4: Oil and Wax › Preparing the surface" in out
+    arrow = "\N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK}"
+    assert f"finds the section Finishing 4: Oil and Wax {arrow} Preparing the surface" in out
     assert "damp rag to raise the grain" in out and "&lt;" not in out
