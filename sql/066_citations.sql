@@ -96,8 +96,8 @@ $$;
 
 -- The context of a cited chunk (groundkit.fetch_citation), from its object's body or segments
 -- in the log: a transcript's window of segments (the chunk's, and two more on each side), a
--- board post whole, a section or document chunk's whole section (the chunks that share its
--- heading path), anything else the chunk with the chunks before and after it. Offsets are
+-- board post whole, a section or document chunk's whole section (the run of chunks around it
+-- that share its heading path), anything else the chunk with the chunks before and after it. Offsets are
 -- char_start/char_end's: into the body, or into a transcript's segment texts joined by one space.
 -- A section or other chunk made before revision 0013 has no offsets: its context is itself.
 create or replace function groundkit._citation_context(
@@ -146,10 +146,18 @@ begin
         return query select c.content, null::integer, null::integer, c.start_ms, c.end_ms;
     else
         if c.heading_path is not null then
+            -- the run of chunks around this one under the same headings (a heading repeated
+            -- further down the body is another section)
             select min(x.char_start), max(x.char_end) into lo, hi
               from groundkit.chunks x
              where x.object_id = c.object_id and x.object_version = c.object_version
-               and x.heading_path = c.heading_path;
+               and x.chunk_seq > coalesce((select max(y.chunk_seq) from groundkit.chunks y
+                                            where y.object_id = c.object_id and y.chunk_seq < c.chunk_seq
+                                              and y.heading_path is distinct from c.heading_path), -1)
+               and x.chunk_seq < coalesce((select min(y.chunk_seq) from groundkit.chunks y
+                                            where y.object_id = c.object_id and y.chunk_seq > c.chunk_seq
+                                              and y.heading_path is distinct from c.heading_path),
+                                          2147483647);
         else
             select min(x.char_start), max(x.char_end) into lo, hi
               from groundkit.chunks x

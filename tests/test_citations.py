@@ -67,10 +67,13 @@ def test_search_hit_carries_its_transcript_times_and_chunker(gk: Groundkit) -> N
 def test_search_hit_of_a_reply_names_its_thread(gk: Groundkit) -> None:
     _world(gk)
     gk.put_object("t1", 1, "board_post", "board", "T0", "Kiln wash recipes", "Share your kiln wash.")
-    gk.put_object("t1-r1", 1, "board_post", "board", "T0", "Re: Kiln wash recipes", "Alumina and kaolin, half each.",
+    gk.put_object("t1-r1", 1, "board_post", "board", "T0", "Half and half", "Alumina and kaolin, half each.",
                   metadata={"thread_id": "t1", "thread_title": "Kiln wash recipes"})
     hits = {h.object_id: h for h in gk.search("ana", "alumina kaolin")}
     assert (hits["t1-r1"].thread_id, hits["t1-r1"].thread_title) == ("t1", "Kiln wash recipes")
+    # found through its thread's subject, which its text does not contain; its snippet is its own text
+    (reply,) = [h for h in gk.search("ana", "recipes") if h.object_id == "t1-r1"]
+    assert reply.content == "Alumina and kaolin, half each." and "<mark>" not in (reply.snippet or "")
     opening = next(h for h in gk.search("ana", "share wash") if h.object_id == "t1")
     assert (opening.thread_id, opening.thread_title) == ("t1", "Kiln wash recipes")  # its own thread
 
@@ -238,13 +241,15 @@ def test_fetch_citation_of_another_text_is_the_chunk_with_its_neighbours(gk: Gro
 def test_fetch_citation_of_a_section_is_the_whole_section(gk: Groundkit) -> None:
     _world(gk)
     long = " ".join(f"slip{i}" for i in range(400))
-    body = f"# Clay bodies\n\nIntro text.\n\n## Slips\n\n{long}\n\n## Glazes\n\nGlaze text about frits."
+    body = (f"# Clay bodies\n\nIntro text.\n\n## Slips\n\n{long}\n\n## Glazes\n\nGlaze text about frits."
+            "\n\n## Slips\n\nA second section under the same heading, about casting.")
     gk.put_object("c1", 1, "course_section", "studio", "T0", "Ceramics 101", body)
     (hit,) = [h for h in gk.search("ana", "slip399") if h.object_id == "c1"]
     assert hit.heading_path is not None and hit.heading_path[-1] == "Slips"
     cited = gk.fetch_citation("ana", "c1", 1, hit.chunk_seq)
     assert cited is not None and cited.heading_path == hit.heading_path
-    assert "slip0 " in cited.context and "slip399" in cited.context and "frits" not in cited.context
+    assert "slip0 " in cited.context and "slip399" in cited.context
+    assert "frits" not in cited.context and "casting" not in cited.context  # the run of chunks, not every "Slips"
     assert cited.context == body[cited.context_char_start:cited.context_char_end]
 
 
