@@ -12,7 +12,7 @@ from psycopg import sql
 
 from groundkit import maintenance
 from groundkit.errors import InvalidArgument
-from groundkit.models import Due, IndexStatus, WorkerHeartbeat
+from groundkit.models import Due, IndexStatus, OutdatedChunks, WorkerHeartbeat
 from groundkit.session import Progress, Session, no_nul, validated
 
 if TYPE_CHECKING:
@@ -204,6 +204,13 @@ class Admin(Session):
         bits, and the impacts' parameters against the configured ones (:class:`IndexStatus`)."""
         rows = self._fetch("select * from groundkit.index_status()", {})
         return validated(IndexStatus, rows[0])
+
+    def outdated_chunks(self) -> tuple[OutdatedChunks, ...]:
+        """Chunks made by another chunker version or with other sizes than the configuration's
+        for their content type (``config.chunk_sizes``), grouped; :meth:`rebuild` re-chunks
+        them. Reads every chunk (about a second at a million)."""
+        rows = self._fetch("select * from groundkit.outdated_chunks()", {})
+        return tuple(validated(OutdatedChunks, r) for r in rows)
 
     def set_tier_rank(self, tier: str, rank: int, progress: Progress | None = None) -> int:
         """Change a tier's rank and move the chunks whose statistics scope and postings bucket

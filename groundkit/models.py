@@ -143,6 +143,20 @@ class Citation(_Frozen):
     context_end_ms: int | None = None
 
 
+class OutdatedChunks(_Frozen):
+    """Chunks made by another chunker version or with other sizes than their content type's in
+    the configuration now (:meth:`groundkit.Groundkit.outdated_chunks`); ``groundkit rebuild``
+    re-chunks them. ``chunker`` and the sizes are ``None`` on chunks written before they were
+    recorded."""
+
+    content_type: str
+    chunker: str | None
+    chunker_version: str
+    chunk_chars: int | None
+    chunk_overlap: int | None
+    chunks: int
+
+
 class IndexStatus(_Frozen):
     """The search index's state (:meth:`groundkit.Groundkit.index_status`, ``groundkit status``).
 

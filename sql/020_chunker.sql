@@ -493,3 +493,29 @@ $$;
 create or replace trigger config_chunk_sizes_guard
     before insert or update on groundkit.config
     for each row execute function groundkit._config_chunk_sizes_guard();
+
+-- Chunks made by another chunker version or with other sizes than their content type's now
+-- (chunker_versions(), chunk_sizes()), by content type, chunker, version and sizes. Chunks
+-- written before revision 0013 have no chunker. A change of the configuration re-chunks nothing
+-- by itself: groundkit status reports these, groundkit rebuild re-chunks them.
+create or replace function groundkit.outdated_chunks()
+returns table (content_type text, chunker text, chunker_version text, chunk_chars integer,
+               chunk_overlap integer, chunks bigint)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    with expected as (
+        select t.name as content_type, z.chunk_chars, z.chunk_overlap
+          from groundkit.content_types t cross join lateral groundkit.chunk_sizes(t.name) z
+    ), made as (
+        select o.content_type, c.chunker, c.chunker_version, c.chunk_chars, c.chunk_overlap, count(*) as chunks
+          from groundkit.chunks c join groundkit.objects o on o.object_id = c.object_id
+         group by 1, 2, 3, 4, 5
+    )
+    select m.content_type, m.chunker, m.chunker_version, m.chunk_chars, m.chunk_overlap, m.chunks
+      from made m join expected e on e.content_type = m.content_type
+     where m.chunk_chars is distinct from e.chunk_chars or m.chunk_overlap is distinct from e.chunk_overlap
+        or not exists (select 1 from groundkit.chunker_versions() v
+                        where v.chunker = m.chunker and v.chunker_version = m.chunker_version)
+     order by 1, 2, 3, 4, 5
+$$;

@@ -301,17 +301,20 @@ def status(
     dsn: DsnOption = None,
 ) -> None:
     """Show the search index's state: chunks, pending postings, how old the planning statistics
-    are, whether the postings' impacts fit the configuration and the chunks, when a worker last
-    ran, and what a maintenance pass would do now (due)."""
+    are, whether the postings' impacts fit the configuration and the chunks, chunks made by
+    another chunker version or other sizes than the configuration's (groundkit rebuild re-chunks
+    them), when a worker last ran, and what a maintenance pass would do now (due)."""
     with Groundkit.connect(dsn) as gk:
         st = gk.index_status()
         due = gk.due()
         workers = gk.workers()
+        outdated = gk.outdated_chunks()
     if as_json:
         # (an infinite drift, k1 or b changed, is null)
         body = json.loads(st.model_dump_json())
         body["due"] = [d.model_dump() for d in due]
         body["workers"] = [json.loads(w.model_dump_json()) for w in workers]
+        body["outdated_chunks"] = [o.model_dump() for o in outdated]
         sys.stdout.write(json.dumps(body) + "\n")
         return
     analyzed = (f"{st.analyzed_at:%Y-%m-%d %H:%M:%S %Z}; the chunks grew {st.growth:.1%} since"
@@ -332,6 +335,11 @@ def status(
             where += f" (about {st.reindex_share:.0%} of the postings done)"
         out.print(f"recompute         {where}: some postings may still be at reference length "
                   f"{st.avgdl_ref_min:.1f}, which search bounds them all with", highlight=False)
+    for o in outdated:
+        made = (f"{o.chunker_version}, {o.chunk_chars}/{o.chunk_overlap} chars" if o.chunker is not None
+                else f"{o.chunker_version}, before chunkers recorded their sizes")
+        out.print(f"outdated chunks   {o.chunks:,} {o.content_type} chunks made by {made}: "
+                  "groundkit rebuild re-chunks them", highlight=False)
     for w in workers or (None,):
         out.print(f"worker            {_worker_line(w)}", highlight=False)
     for d in due:
