@@ -1,16 +1,17 @@
--- Snippets: a short excerpt of a hit's chunk around the query's best-matching terms, for
--- groundkit.search (docs/sql-api.md, "Citations"). Replaceable.
+-- Citations (docs/sql-api.md, "Citations"): the snippet and the thread of a hit for
+-- groundkit.search, and groundkit.fetch_citation, a cited chunk in its context. Replaceable.
 --
--- ts_headline picks the excerpt: it parses the chunk with groundkit.english, the configuration
--- the index and groundkit.query_terms use, so a match is a token whose stem is a query term, as
--- in ranking ("running" matches the query "runs"; "rerun" does not). It does not escape HTML and
--- drops anything its parser reads as a tag, so the text goes through it with its own markup
+-- The snippet is a short excerpt of the chunk around the query's best-matching terms.
+-- ts_headline picks it: it parses the chunk with groundkit.english, the configuration the index
+-- and groundkit.query_terms use, so a match is a token whose stem is a query term, as in ranking
+-- ("running" matches the query "runs"; "rerun" does not). It does not escape HTML and drops
+-- anything its parser reads as a tag, so the text goes through it with its own markup
 -- neutralised: '<' and '>' travel as the control characters 3 and 4 (back after it), the matches
 -- come back between the control characters 1 and 2, the result is HTML-escaped, and only then
 -- do 1 and 2 become the caller's markers. Those four characters in the chunk itself become
--- spaces, so nothing in a chunk can forge a marker or inject markup. (Own SQL over the chunk's
--- to_tsvector positions would need the text's tokens with their offsets, which only ts_parse
--- gives, with one lexize call per token from SQL: several times ts_headline's cost.)
+-- spaces, so nothing in a chunk can forge a marker or inject markup. (Our own SQL over the
+-- chunk's tsvector positions would need the text's tokens with their character offsets, which
+-- only ts_parse gives, and a lexize call per token from SQL, where ts_headline does both in C.)
 
 -- The query's terms as one tsquery of lexemes ORed together (each term quoted, so that no
 -- character of it is tsquery syntax); null when the query has no term.

@@ -97,6 +97,13 @@ def test_snippet_marks_stems_like_ranking_not_substrings(gk: Groundkit) -> None:
     assert sorted(_marked(hit.snippet or "")) == ["running", "runs"]  # stem 'run'; not 'rerun', 'runner'
 
 
+def test_snippet_query_syntax_has_no_meaning(gk: Groundkit) -> None:
+    _world(gk)
+    gk.put_object("d1", 1, "document", "studio", "T0", "Quotes", "O'Brien's kiln: a back\\slash & a pipe | here.")
+    hits = gk.search("ana", "O'Brien's back\\slash & | ! :* ( ) kiln")
+    assert [h.object_id for h in hits] == ["d1"] and "<mark>kiln</mark>" in (hits[0].snippet or "")
+
+
 def test_snippet_is_short_and_around_the_match(gk: Groundkit) -> None:
     _world(gk)
     filler = " ".join(f"word{i}" for i in range(120))
