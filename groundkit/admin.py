@@ -208,7 +208,7 @@ class Admin(Session):
     def outdated_chunks(self) -> tuple[OutdatedChunks, ...]:
         """Chunks made by another chunker version or with other sizes than the configuration's
         for their content type (``config.chunk_sizes``), grouped; :meth:`rebuild` re-chunks
-        them. Reads every chunk (about a second at a million)."""
+        them. Reads every chunk."""
         rows = self._fetch("select * from groundkit.outdated_chunks()", {})
         return tuple(validated(OutdatedChunks, r) for r in rows)
 

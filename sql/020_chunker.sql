@@ -161,8 +161,9 @@ $$;
 -- ends, among the segments that fit, after the longest pause (a gap of at least a second before
 -- the next segment), else after the last segment that ends a sentence, else after the last
 -- segment that fits; no earlier than half a window. The next window starts with the window's
--- last whole segments that fit in overlap_chars. A segment longer than max_chars is the only one
--- ever split: chunk_text_spans cuts it, every piece with the segment's times.
+-- last whole segments that fit in overlap_chars, unless it ended at a pause (then it starts
+-- where the speaker resumed). A segment longer than max_chars is the only one ever split:
+-- chunk_text_spans cuts it, every piece with the segment's times.
 -- Offsets are into the segments' trimmed, non-empty texts joined by one space; seg_first and
 -- seg_last are the 0-based indexes (in `segments`) of the first and last segment covered.
 create or replace function groundkit.chunk_transcript(segments jsonb, max_chars integer, overlap_chars integer)
@@ -269,9 +270,10 @@ begin
         s := s + 1;
         exit when b = n;
         -- the overlap: the window's last whole segments within overlap_chars, as long as the
-        -- next window still takes a new segment (and it starts after this one's start)
+        -- next window still takes a new segment (and it starts after this one's start); none
+        -- across a pause, so that the next window starts where the speaker resumed
         k := b + 1;
-        if lens[b + 1] <= max_chars then
+        if lens[b + 1] <= max_chars and starts[b + 1] - ends[b] < pause_ms then
             while k - 1 > i and offs[b] + lens[b] - offs[k - 1] <= overlap_chars
                   and offs[b + 1] + lens[b + 1] - offs[k - 1] <= max_chars loop
                 k := k - 1;
@@ -377,19 +379,31 @@ begin
         sec_text := coalesce(carry_text || E'\n', '') || sec.text;
         carry_off := null;
         carry_text := null;
+        if cardinality(root) > 0 and cardinality(heads) > 0 and heads[1] = root[1] then
+            heading_path := root || heads[2:];
+            search_prefix := nullif(array_to_string(heads[2:], E'\n'), '');
+        else
+            heading_path := root || heads;
+            search_prefix := nullif(array_to_string(heads, E'\n'), '');
+        end if;
+        if length(sec_text) <= max_chars then
+            -- a section that fits one window is one chunk: chunk_text_spans's result, without the call
+            content := btrim(sec_text, E' \n\r\t');
+            if content <> '' then
+                chunk_seq := s;
+                char_start := sec_off + length(sec_text) - length(ltrim(sec_text, E' \n\r\t'));
+                char_end := char_start + length(content);
+                return next;
+                s := s + 1;
+            end if;
+            continue;
+        end if;
         for piece in select * from groundkit.chunk_text_spans(sec_text, max_chars, overlap_chars) loop
             continue when piece.content = '';
             chunk_seq := s;
             char_start := sec_off + piece.char_start;
             char_end := sec_off + piece.char_end;
             content := piece.content;
-            if cardinality(root) > 0 and cardinality(heads) > 0 and heads[1] = root[1] then
-                heading_path := root || heads[2:];
-                search_prefix := nullif(array_to_string(heads[2:], E'\n'), '');
-            else
-                heading_path := root || heads;
-                search_prefix := nullif(array_to_string(heads, E'\n'), '');
-            end if;
             return next;
             s := s + 1;
         end loop;
@@ -404,9 +418,11 @@ $$;
 
 -- A board post's thread header (gk-thread-1), indexed with each of its chunks and not displayed:
 -- the thread's title (metadata.thread_title, unless it is the post's own title, which every
--- chunk indexes already), the board (the space id) and the tags (metadata.tags, an array of
--- strings or one string), one a line. Null when there is none of them.
-create or replace function groundkit.thread_header(title text, space_id text, metadata jsonb)
+-- chunk indexes already), the board's name (metadata.board) and the tags (metadata.tags, an
+-- array of strings or one string), one a line; null when there is none of them. The board's
+-- name comes from the metadata, not the space id: groundkit knows a space by its id alone, often
+-- an opaque key, and its tokens in every post would shift every post's length and score.
+create or replace function groundkit.thread_header(title text, metadata jsonb)
 returns text
 language sql immutable parallel safe
 set search_path = pg_catalog, pg_temp
@@ -414,7 +430,7 @@ as $$
     select nullif(concat_ws(E'\n',
                             case when t.thread_title is distinct from btrim(coalesce(title, ''))
                                  then t.thread_title end,
-                            nullif(btrim(coalesce(space_id, '')), ''),
+                            nullif(btrim(metadata ->> 'board'), ''),
                             t.tags), '')
       from (select nullif(btrim(metadata ->> 'thread_title'), '') as thread_title,
                    case jsonb_typeof(metadata -> 'tags')

@@ -25,7 +25,7 @@ $$;
 -- planned afresh at every call unless the caller forced generic plans, as _materialize_many
 -- does, about 55 µs a call (docs/bm25.md, "The floor of a bulk write, any layout").
 create or replace function groundkit._chunks_of(
-    content_type text, title text, body text, segments jsonb, metadata jsonb, space_id text,
+    content_type text, title text, body text, segments jsonb, metadata jsonb,
     max_chars integer, overlap_chars integer)
 returns table (chunk_seq integer, content text, start_ms bigint, end_ms bigint, chunker text,
                chunker_version text, char_start integer, char_end integer, heading_path text[],
@@ -61,7 +61,9 @@ begin
     elsif content_type = 'board_post' then
         chunker := 'thread';
         chunker_version := 'gk-thread-1';
-        search_prefix := groundkit.thread_header(title, space_id, metadata);
+        -- (most posts name no thread: no call)
+        search_prefix := case when metadata ?| array['thread_title', 'board', 'tags']
+                              then groundkit.thread_header(title, metadata) end;
     else
         chunker := 'text';
         chunker_version := 'gk-text-1';
@@ -286,7 +288,7 @@ begin
                       coalesce((cfg.chunk_sizes -> ev.content_type ->> 'overlap')::integer, cfg.chunk_overlap)
                           as overlap) sz
          cross join lateral groundkit._chunks_of(ev.content_type, ev.title, ev.body, ev.segments, ev.metadata,
-                                                 ev.space_id, sz.chars, sz.overlap) ch
+                                                 sz.chars, sz.overlap) ch
          cross join lateral (
                select groundkit._chunk_tsv(ev.title, ch.search_prefix, ch.content) as tsv
                offset 0) v

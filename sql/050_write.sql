@@ -270,7 +270,7 @@ begin
               from groundkit.content_log l
              cross join lateral groundkit.chunk_sizes(l.content_type) sz
              cross join lateral groundkit._chunks_of(l.content_type, l.title, l.body, l.segments, l.metadata,
-                                                    l.space_id, sz.chunk_chars, sz.chunk_overlap) ch
+                                                    sz.chunk_chars, sz.chunk_overlap) ch
              cross join lateral unnest(groundkit._chunk_tsv(l.title, ch.search_prefix, ch.content)) u
              where l.object_id = redact_object.object_id and l.op in ('put', 'retier') and not l.scrubbed) x;
 

@@ -158,7 +158,7 @@ def chunks_of(raw: Raw, content_type: str, body: str, segments: list[dict[str, A
               overlap: int) -> list[tuple[Any, ...]]:
     return raw.execute(
         "select chunk_seq, content, start_ms, end_ms, chunker_version"
-        " from groundkit._chunks_of(%s, null, %s, %s, null, null, %s, %s)",
+        " from groundkit._chunks_of(%s, null, %s, %s, null, %s, %s)",
         (content_type, body, Jsonb(segments) if segments is not None else None, max_chars, overlap),
     ).fetchall()
 

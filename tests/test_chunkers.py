@@ -34,13 +34,13 @@ def chunker(raw: Raw) -> Raw:
 
 def chunks_of(raw: Raw, content_type: str, body: str | None, max_chars: int, overlap: int, *,
               title: str | None = None, segments: list[dict[str, Any]] | None = None,
-              metadata: dict[str, Any] | None = None, space_id: str | None = "board") -> list[dict[str, Any]]:
+              metadata: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The chunks a write makes of one payload (groundkit._chunks_of), as dicts."""
     rows = raw.execute(
         "select chunk_seq, content, start_ms, end_ms, chunker, chunker_version, char_start, char_end,"
-        " heading_path, search_prefix from groundkit._chunks_of(%s, %s, %s, %s, %s, %s, %s, %s)",
+        " heading_path, search_prefix from groundkit._chunks_of(%s, %s, %s, %s, %s, %s, %s)",
         (content_type, title, body, Jsonb(segments) if segments is not None else None,
-         Jsonb(metadata) if metadata is not None else None, space_id, max_chars, overlap),
+         Jsonb(metadata) if metadata is not None else None, max_chars, overlap),
     ).fetchall()
     out = [dict(zip([c.strip() for c in COLUMNS.split(",")], r, strict=True)) for r in rows]
     assert [c["chunk_seq"] for c in out] == list(range(len(out)))
@@ -207,7 +207,7 @@ def test_course_section_heading_path_and_search_by_section_name(community: Groun
 def test_board_reply_is_found_through_its_thread_subject(community: Groundkit, raw: Raw) -> None:
     community.put_object("post-1", 1, "board_post", "open", "T0", "Crawling glaze on bisque",
                          "My glaze pulls away from the pot in the firing.",
-                         metadata={"thread_id": "t-9", "tags": ["glaze", "troubleshooting"]})
+                         metadata={"thread_id": "t-9", "board": "Glaze Lab", "tags": ["glaze", "troubleshooting"]})
     community.put_object("post-2", 1, "board_post", "open", "T0", "Re: reply",
                          "Wipe the dust off with a damp sponge before you dip.",
                          metadata={"thread_id": "t-9", "thread_title": "Crawling glaze on bisque",
@@ -215,9 +215,10 @@ def test_board_reply_is_found_through_its_thread_subject(community: Groundkit, r
     rows = raw.execute("select object_id, content, search_prefix, char_start, char_end, chunker from groundkit.chunks"
                        " where object_id like 'post-%' order by object_id").fetchall()
     assert rows == [
-        ("post-1", "My glaze pulls away from the pot in the firing.", "open\nglaze troubleshooting", 0, 47, "thread"),
+        ("post-1", "My glaze pulls away from the pot in the firing.", "Glaze Lab\nglaze troubleshooting", 0, 47,
+         "thread"),
         ("post-2", "Wipe the dust off with a damp sponge before you dip.",
-         "Crawling glaze on bisque\nopen\ntroubleshooting", 0, 52, "thread"),
+         "Crawling glaze on bisque\ntroubleshooting", 0, 52, "thread"),
     ]
     # "crawling" is only in the thread's subject: the reply matches it, its text is its own
     hits = community.search("t0", "crawling sponge")
@@ -227,17 +228,17 @@ def test_board_reply_is_found_through_its_thread_subject(community: Groundkit, r
 
 
 def test_thread_header_shape(chunker: Raw) -> None:
-    def header(title: str | None, space: str | None, metadata: Any) -> Any:
-        row = chunker.execute("select groundkit.thread_header(%s, %s, %s)",
-                              (title, space, Jsonb(metadata) if metadata is not None else None)).fetchone()
+    def header(title: str | None, metadata: Any) -> Any:
+        row = chunker.execute("select groundkit.thread_header(%s, %s)",
+                              (title, Jsonb(metadata) if metadata is not None else None)).fetchone()
         assert row is not None
         return row[0]
 
-    assert header("Kilns", "board", None) == "board"
-    assert header("Kilns", None, None) is None
-    assert header("Re", "b", {"thread_title": "Kilns", "tags": ["a", 7, "b", {"x": 1}]}) == "Kilns\nb\na b"
-    assert header("Kilns", "b", {"thread_title": " Kilns "}) == "b"  # the opening post: its own title
-    assert header("Re", "b", {"thread_title": 5, "tags": {"not": "tags"}}) == "5\nb"
+    assert header("Kilns", None) is None
+    assert header("Kilns", {"board": "Kiln Room"}) == "Kiln Room"
+    assert header("Re", {"thread_title": "Kilns", "board": "b", "tags": ["a", 7, "b", {"x": 1}]}) == "Kilns\nb\na b"
+    assert header("Kilns", {"thread_title": " Kilns "}) is None  # the opening post: its own title
+    assert header("Re", {"thread_title": 5, "tags": {"not": "tags"}}) == "5"
 
 
 # -- transcripts ---------------------------------------------------------------------------------
@@ -384,6 +385,29 @@ def test_sizes_per_content_type_status_and_rebuild(community: Groundkit, raw: Ra
     # another chunker version is out of date too
     raw.execute("update groundkit.chunks set chunker_version = 'gk-text-0' where object_id = 'note'")
     assert [o.content_type for o in community.outdated_chunks()] == ["event"]
+
+
+def test_status_reports_outdated_chunks(dsn: str) -> None:
+    """`groundkit status` (text and --json) names chunks made with other sizes than the config's."""
+    from typer.testing import CliRunner
+
+    from groundkit.cli import app
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_object("e", 1, "event", "commons", "T0", "Kiln night", "Bring a plate to glaze.")
+        gk.conn.execute("""update groundkit.config set chunk_sizes = '{"event": {"chars": 400, "overlap": 50}}'""")
+    runner = CliRunner()
+    text = runner.invoke(app, ["status", "--dsn", dsn], env={"COLUMNS": "200"})
+    assert text.exit_code == 0, text.output
+    assert "outdated chunks   1 event chunks made by gk-text-1, 1500/200 chars: groundkit rebuild" in text.output
+    as_json = runner.invoke(app, ["status", "--json", "--dsn", dsn])
+    assert json.loads(as_json.stdout)["outdated_chunks"] == [
+        {"content_type": "event", "chunker": "text", "chunker_version": "gk-text-1", "chunk_chars": 1500,
+         "chunk_overlap": 200, "chunks": 1}]
+    assert runner.invoke(app, ["rebuild", "--dsn", dsn]).exit_code == 0
+    as_json = runner.invoke(app, ["status", "--json", "--dsn", dsn])
+    assert json.loads(as_json.stdout)["outdated_chunks"] == []
 
 
 @pytest.mark.parametrize("sizes", [

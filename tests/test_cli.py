@@ -233,6 +233,10 @@ def test_demo_runs_end_to_end(server_dsn: str) -> None:
     assert "Gone: " in out and "Wholesale vs commissions" in out
     assert "put_object(version 1) retried -> tombstoned" in out
     assert "checksum unchanged" in out.replace("\n", " ")
+    # a transcript hit with its time, a reply found through its thread, a section under its headings
+    assert "'blotchy cherry' -> at 12:41 of 'Finishing Clinic: Live Q&A'" in out
+    assert "a reply in the thread 'Budget dust collection for a one-car garage'" in out
+    assert "Joinery 3: Hand-cut Dovetails \u203a Module 2: Sawing and chopping \u203a Chopping out the waste" in out
 
 
 def test_db_url_status_stop_manage_the_embedded_server(server_home: Path) -> None:

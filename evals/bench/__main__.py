@@ -4,6 +4,7 @@
     ingest        write throughput: a fresh database's one-object writes, bulk, concurrent writers
     ab            paired comparison of two databases, or of two revisions' SQL on copies of one
     profile       where a search's or a write's time goes, statement by statement
+    chunking      what each content type's chunker costs per object, against the text chunker
     unmaintained  search on a database nobody maintained vs the same database maintained
     snippets      the cost of search's snippets: groundkit.search with and without them
 
@@ -15,13 +16,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, ingest, profile, search, snippets, unmaintained
+from evals.bench import ab, chunking, ingest, profile, search, snippets, unmaintained
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
     "ingest": ingest.main,
     "ab": ab.main,
     "profile": profile.main,
+    "chunking": chunking.main,
     "unmaintained": unmaintained.main,
     "snippets": snippets.main,
 }

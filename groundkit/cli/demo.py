@@ -142,6 +142,36 @@ def _ids(hits: list[SearchHit]) -> set[str]:
     return {h.object_id for h in hits}
 
 
+def _clock(ms: int) -> str:
+    return f"{ms // 60_000}:{ms // 1000 % 60:02d}"
+
+
+def _citations(gk: Groundkit, community: Community) -> None:
+    """Step 5: each content type's chunker makes a hit you can cite (docs/chunking.md): a moment
+    of a recording, a reply found through its thread's subject, a section under its headings."""
+    cites = community.demo["citations"]
+    reader = str(cites["reader"])
+    out.print(Rule("5. Hits you can cite: a moment, a thread, a section"))
+    for kind in ("transcript", "thread", "section"):
+        query, wanted = str(cites[kind]["query"]), str(cites[kind]["object_id"])
+        hit = next(h for h in gk.search(reader, query) if h.object_id == wanted)
+        # (the chunk's heading path and the thread's title: what a citation shows)
+        row: Any = gk.conn.execute(
+            "select c.heading_path, o.metadata ->> 'thread_title' as thread_title from groundkit.chunks c"
+            "  join groundkit.objects o on o.object_id = c.object_id"
+            " where c.object_id = %s and c.chunk_seq = %s", (hit.object_id, hit.chunk_seq)).fetchone()
+        if kind == "transcript" and hit.start_ms is not None:
+            where = f"at [bold]{_clock(hit.start_ms)}[/] of {hit.title!r}"
+        elif kind == "thread":
+            where = f"{hit.title!r}, a reply in the thread [bold]{row['thread_title']!r}[/]"
+        else:
+            where = " \u203a ".join(row["heading_path"] or [hit.title])
+        out.print(f"{query!r} -> {where}", highlight=False)
+        text = " ".join(hit.content.split())
+        out.print(f"  [dim]{escape(text[:110])}{'...' if len(text) > 110 else ''}[/]", highlight=False)
+    out.print("")
+
+
 @handle_errors
 def demo(dsn: DsnOption = None) -> None:
     """Load a sample community and watch permissions work: tiers, downgrades, private boards, deletes."""
@@ -179,7 +209,7 @@ def demo(dsn: DsnOption = None) -> None:
             members.add_row(f"{m.name} ({m.member_sub})", m.tier, extra)
         out.print(members)
         out.print(f"{len(community.objects)} objects in {len(community.spaces)} spaces: course sections, board "
-                  "posts, an event, a talk transcript, personal notes.\n")
+                  "posts, an event, talk transcripts, personal notes.\n")
 
         out.print(Rule(f"1. The same query, {len(community.members)} readers: [bold]{q!r}[/]"))
         results = {m.member_sub: gk.search(m.member_sub, q) for m in community.members}
@@ -231,7 +261,9 @@ def demo(dsn: DsnOption = None) -> None:
         out.print("Nobody sees it: the tombstone is durable, whatever version a late write carries.\n"
                   if not still else f"[red]still visible to {still}[/]")
 
-        out.print(Rule("5. The log and its derived views"))
+        _citations(gk, community)
+
+        out.print(Rule("6. The log and its derived views"))
         marker = gk.snapshot_marker()
         checksum = gk.state_checksum()
         rebuilt = gk.rebuild()
