@@ -35,7 +35,7 @@ as $$
 $$;
 
 -- The snippet of one chunk for the tsquery q (groundkit._query_tsquery): up to two fragments of
--- 6-18 words around the matches, joined by ' … ', on one line (line breaks and tabs become
+-- 12-18 words around the matches, joined by ' … ', on one line (line breaks and tabs become
 -- spaces, which the parser reads alike: a regexp collapsing runs of spaces cost a third of the
 -- snippet), HTML-escaped, matches between mark_start and mark_end. Without a match, the chunk's
 -- first words.
@@ -54,7 +54,7 @@ as $$
                                                                E'    \x03\x04   '),
                                           q,
                                           E'StartSel=\x01, StopSel=\x02, MaxFragments=2, MaxWords=18, '
-                                          'MinWords=6, FragmentDelimiter=" … "')),
+                                          'MinWords=12, FragmentDelimiter=" … "')),
                    E'\x03\x04', '<>')),
                E'\x01', mark_start),
            E'\x02', mark_end)

@@ -342,9 +342,10 @@ def test_demo_shows_a_jump_to_time_a_reply_found_through_its_thread_and_a_sectio
     result = runner.invoke(app, ["demo", "--dsn", server_dsn], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     out = result.output
-    assert "jump to 12:41" in out
-    assert "finds the reply Hardwax oil, three coats, whose text has none of those words" in out
-    assert "its thread, Which finish for a walnut dining table?, is indexed with it" in out
+    assert "'blotchy cherry' -> at 12:41 of 'Finishing Clinic: Live Q&A'" in out
+    assert "'Reply from Kofi', a reply in the thread 'Budget dust collection for a one-car garage'" in out
+    assert "The reply's own text has none of the query's words: its thread's subject is indexed with it." in out
     arrow = "\N{SINGLE RIGHT-POINTING ANGLE QUOTATION MARK}"
-    assert f"finds the section Finishing 4: Oil and Wax {arrow} Preparing the surface" in out
-    assert "damp rag to raise the grain" in out and "&lt;" not in out
+    assert f"Joinery 3: Hand-cut Dovetails {arrow} Module 2: Sawing and chopping {arrow} Chopping out the waste" in out
+    assert "Remove most of the waste with a coping saw" in out and "&lt;" not in out and "<mark>" not in out
+    assert "fetch_citation returns the cited chunk with its whole section" in out

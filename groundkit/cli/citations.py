@@ -4,6 +4,7 @@ its matches highlighted (``groundkit search``, ``groundkit cite``, ``groundkit d
 from __future__ import annotations
 
 import html
+import re
 
 from rich.markup import escape
 
@@ -42,4 +43,4 @@ def snippet_markup(snippet: str) -> str:
         if i:
             pieces.append(f"[bold yellow]{escape(html.unescape(inner))}[/]")
         pieces.append(escape(html.unescape(after)))
-    return "".join(pieces)
+    return re.sub(r" {2,}", " ", "".join(pieces))

@@ -87,89 +87,36 @@ def _matrix(results: dict[str, list[SearchHit]], community: Community, spaces: d
     return table
 
 
-class CitationCase(_Strict):
-    object_id: str
-    query: str
-
-
-class CitationDemo(_Strict):
-    """demo_data/citations.json: a recording, a board thread with a reply and a course section
-    with headings, and the query that finds each."""
-
-    reader: str
-    transcript: CitationCase
-    reply: CitationCase
-    section: CitationCase
-    objects: tuple[ContentObject, ...]
-
-
-def load_citation_demo() -> CitationDemo:
-    text = resources.files("groundkit").joinpath("demo_data/citations.json").read_text(encoding="utf-8")
-    return CitationDemo.model_validate(json.loads(text))
-
-
-def _cited(gk: Groundkit, reader: str, case: CitationCase) -> SearchHit:
-    hit = next((h for h in gk.search(reader, case.query) if h.object_id == case.object_id), None)
-    assert hit is not None, f"the demo's query {case.query!r} does not find {case.object_id}"
-    return hit
-
-
-def _citations(gk: Groundkit, demo: CitationDemo) -> None:
-    """Part 6: every hit says where it lies, and its snippet shows why it matched."""
-    out.print(Rule("6. Citations you can jump to"))
-    for obj in demo.objects:
-        gk.put(obj)
-    talk = _cited(gk, demo.reader, demo.transcript)
-    assert talk.start_ms is not None
-    out.print(f"[bold]{demo.transcript.query!r}[/] finds a stretch of [bold]{escape(talk.title)}[/]: "
-              f"jump to [bold cyan]{citations.clock(talk.start_ms)}[/].")
-    out.print(f"    {citations.snippet_markup(talk.snippet or '')}", highlight=False)
-    reply = _cited(gk, demo.reader, demo.reply)
-    out.print(f"[bold]{demo.reply.query!r}[/] finds the reply [bold]{escape(reply.title)}[/], whose text has none "
-              f"of those words: its thread, [cyan]{escape(reply.thread_title or '')}[/], is indexed with it.")
-    out.print(f"    {citations.snippet_markup(reply.snippet or '')}", highlight=False)
-    section = _cited(gk, demo.reader, demo.section)
-    out.print(f"[bold]{demo.section.query!r}[/] finds the section "
-              f"[cyan]{escape(citations.where(section))}[/], matches highlighted by their stems:")
-    out.print(f"    {citations.snippet_markup(section.snippet or '')}", highlight=False)
-    cited = gk.fetch_citation(demo.reader, section.object_id, section.object_version, section.chunk_seq)
-    assert cited is not None
-    out.print(f"groundkit.fetch_citation returns the whole section around it ({len(cited.context)} characters), "
-              "under the same permission check as search.")
-
-
 def _ids(hits: list[SearchHit]) -> set[str]:
     return {h.object_id for h in hits}
 
 
-def _clock(ms: int) -> str:
-    return f"{ms // 60_000}:{ms // 1000 % 60:02d}"
-
-
 def _citations(gk: Groundkit, community: Community) -> None:
-    """Step 5: each content type's chunker makes a hit you can cite (docs/chunking.md): a moment
-    of a recording, a reply found through its thread's subject, a section under its headings."""
+    """Step 5: every hit cites where it lies (docs/sql-api.md, "Citations"), made so by each
+    content type's chunker (docs/chunking.md): a moment of a recording, a reply found through its
+    thread's subject, a section under its headings; each with its snippet, the matches bold."""
     cites = community.demo["citations"]
     reader = str(cites["reader"])
     out.print(Rule("5. Hits you can cite: a moment, a thread, a section"))
+    hits: dict[str, SearchHit] = {}
     for kind in ("transcript", "thread", "section"):
         query, wanted = str(cites[kind]["query"]), str(cites[kind]["object_id"])
-        hit = next(h for h in gk.search(reader, query) if h.object_id == wanted)
-        # (the chunk's heading path and the thread's title: what a citation shows)
-        row: Any = gk.conn.execute(
-            "select c.heading_path, o.metadata ->> 'thread_title' as thread_title from groundkit.chunks c"
-            "  join groundkit.objects o on o.object_id = c.object_id"
-            " where c.object_id = %s and c.chunk_seq = %s", (hit.object_id, hit.chunk_seq)).fetchone()
+        hit = hits[kind] = next(h for h in gk.search(reader, query) if h.object_id == wanted)
         if kind == "transcript" and hit.start_ms is not None:
-            where = f"at [bold]{_clock(hit.start_ms)}[/] of {hit.title!r}"
+            where = f"at [bold]{citations.clock(hit.start_ms)}[/] of {escape(repr(hit.title))}"
         elif kind == "thread":
-            where = f"{hit.title!r}, a reply in the thread [bold]{row['thread_title']!r}[/]"
+            where = f"{escape(repr(hit.title))}, a reply in the thread [bold]{escape(repr(hit.thread_title))}[/]"
         else:
-            where = " \u203a ".join(row["heading_path"] or [hit.title])
-        out.print(f"{query!r} -> {where}", highlight=False)
-        text = " ".join(hit.content.split())
-        out.print(f"  [dim]{escape(text[:110])}{'...' if len(text) > 110 else ''}[/]", highlight=False)
-    out.print("")
+            where = escape(" \u203a ".join(hit.heading_path or (hit.title,)))
+        out.print(f"{escape(repr(query))} -> {where}", highlight=False)
+        out.print(f"  {citations.snippet_markup(hit.snippet or '')}", highlight=False)
+    if "<mark>" not in (hits["thread"].snippet or ""):
+        out.print("The reply's own text has none of the query's words: its thread's subject is indexed with it.")
+    section = hits["section"]
+    cited = gk.fetch_citation(reader, section.object_id, section.object_version, section.chunk_seq)
+    assert cited is not None, "the reader who found the section cannot cite it"
+    out.print(f"groundkit.fetch_citation returns the cited chunk with its whole section ({len(cited.context)} "
+              "characters), under the same permission check as search.\n")
 
 
 @handle_errors
@@ -270,9 +217,7 @@ def demo(dsn: DsnOption = None) -> None:
         same = gk.state_checksum() == checksum
         out.print(f"Log snapshot marker: [bold]{marker}[/] (the high-water mark a retrieval set can pin).")
         out.print(f"Rebuilt {rebuilt} objects from the log; derived-state checksum "
-                  f"{'[green]unchanged[/]' if same else '[red]CHANGED[/]'} ({checksum[:16]}...).\n")
-
-        _citations(gk, load_citation_demo())
+                  f"{'[green]unchanged[/]' if same else '[red]CHANGED[/]'} ({checksum[:16]}...).")
     out.print(Rule())
     out.print("Try it yourself: [cyan]groundkit search --as tess 'pricing' --dsn "
               f"'{make_conninfo(demo_dsn)}'[/]")
