@@ -288,9 +288,9 @@ class Groundkit(Admin):
                 raise InvalidArgument(f"{name} must be an integer (got {value!r})")
         if not isinstance(reader_sub, str) or not isinstance(object_id, str):
             raise InvalidArgument("reader_sub and object_id must be strings")
-        if not (0 <= chunk_seq < 2**31 and 0 <= version < 2**63):
-            return None
         _no_nul(reader_sub=reader_sub, object_id=object_id)
+        if not (0 <= chunk_seq < 2**31 and 0 <= version < 2**63):
+            return None  # no such chunk, as the database would say
         rows = self._fetch(
             "select * from groundkit.fetch_citation(%(reader_sub)s, %(object_id)s, %(version)s, %(chunk_seq)s)",
             {"reader_sub": reader_sub, "object_id": object_id, "version": version, "chunk_seq": chunk_seq},
