@@ -122,6 +122,28 @@ class Admin(Session):
             self._vacuum("groundkit.postings")
         return n
 
+    def set_chunk_sizes(self, content_type: str, chars: int | None = None,
+                        overlap: int | None = None) -> tuple[int, int]:
+        """Set one content type's chunk sizes (``groundkit.config.chunk_sizes``); a size left
+        ``None`` is the default's (``chunk_chars``, ``chunk_overlap``). Returns the sizes in force.
+        Re-chunks nothing: :meth:`outdated_chunks` then lists the chunks made otherwise, and
+        :meth:`rebuild` re-chunks them (docs/chunking.md)."""
+        for name, value in (("chars", chars), ("overlap", overlap)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidArgument(f"{name} must be an integer (got {value!r})")
+        no_nul(content_type=content_type)
+        self._fetch(
+            "update groundkit.config c"
+            "   set chunk_sizes = case when x.entry = '{}' then c.chunk_sizes - %(ct)s"
+            "                          else jsonb_set(c.chunk_sizes, array[%(ct)s], x.entry) end"
+            "  from (select jsonb_strip_nulls(jsonb_build_object('chars', %(chars)s::integer,"
+            "                                                    'overlap', %(overlap)s::integer)) as entry) x"
+            " returning 1 as done",
+            {"ct": content_type, "chars": chars, "overlap": overlap})
+        rows = self._fetch("select chunk_chars, chunk_overlap from groundkit.chunk_sizes(%(ct)s)",
+                           {"ct": content_type})
+        return int(rows[0]["chunk_chars"]), int(rows[0]["chunk_overlap"])
+
     def reindex_impacts(self, avgdl_ref: float | None = None, progress: Progress | None = None,
                         *, step_postings: int = maintenance.REINDEX_STEP_POSTINGS) -> int:
         """Recompute the postings' stored impacts with the configured k1 and b at the reference

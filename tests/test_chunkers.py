@@ -17,7 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
+import groundkit
 from groundkit import Groundkit, OutdatedChunks
+from tests.conftest import upgrade_revisions_only
 
 Raw = psycopg.Connection[tuple[Any, ...]]
 TRIM = " \n\r\t"
@@ -387,6 +389,33 @@ def test_sizes_per_content_type_status_and_rebuild(community: Groundkit, raw: Ra
     assert [o.content_type for o in community.outdated_chunks()] == ["event"]
 
 
+def test_revision_0013_keeps_older_chunks_until_a_rebuild(empty_dsn: str) -> None:
+    """A database that revision 0012 left with chunks: after the upgrade its chunks have no
+    chunker, offsets or sizes, status counts them as outdated, and a rebuild re-chunks them."""
+    upgrade_revisions_only(empty_dsn, "0012")
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("insert into groundkit.spaces (space_id, min_tier) values ('s', 'T0')")
+        conn.execute("insert into groundkit.content_log (object_id, version, op, content_type, space_id,"
+                     " tier_visibility, title, body, owner_only, metadata, content_hash)"
+                     " values ('o', 1, 'put', 'event', 's', 'T0', 'Kiln', '  Stack the shelves.', false, '{}', 'h')")
+        conn.execute("insert into groundkit.objects (object_id, version, state, content_type, space_id,"
+                     " tier_visibility, title, metadata, content_hash, log_seq)"
+                     " select 'o', 1, 'live', 'event', 's', 'T0', 'Kiln', '{}', 'h', max(seq)"
+                     " from groundkit.content_log")
+        conn.execute("insert into groundkit.chunks (object_id, object_version, chunk_seq, content, tsv, doc_len,"
+                     " chunker_version) values ('o', 1, 0, 'Stack the shelves.', to_tsvector('stack shelves'), 2,"
+                     " 'gk-text-1')")
+    groundkit.migrate(empty_dsn)
+    with Groundkit.connect(empty_dsn) as gk:
+        assert gk.outdated_chunks() == (
+            OutdatedChunks(content_type="event", chunker=None, chunker_version="gk-text-1", chunk_chars=None,
+                           chunk_overlap=None, chunks=1),)
+        gk.rebuild()
+        assert gk.outdated_chunks() == ()
+        row = gk.conn.execute("select chunker, char_start, char_end, chunk_chars from groundkit.chunks").fetchone()
+        assert row == {"chunker": "text", "char_start": 2, "char_end": 20, "chunk_chars": 1500}
+
+
 def test_status_reports_outdated_chunks(dsn: str) -> None:
     """`groundkit status` (text and --json) names chunks made with other sizes than the config's."""
     from typer.testing import CliRunner
@@ -408,6 +437,38 @@ def test_status_reports_outdated_chunks(dsn: str) -> None:
     assert runner.invoke(app, ["rebuild", "--dsn", dsn]).exit_code == 0
     as_json = runner.invoke(app, ["status", "--json", "--dsn", dsn])
     assert json.loads(as_json.stdout)["outdated_chunks"] == []
+
+
+def test_set_chunk_sizes_python_and_cli(dsn: str) -> None:
+    """Groundkit.set_chunk_sizes and `groundkit config set-chunk-sizes`: one content type's
+    sizes, validated in the database, back to the defaults with neither; nothing re-chunked."""
+    from typer.testing import CliRunner
+
+    from groundkit import InvalidArgument
+    from groundkit.cli import app
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_space("commons")
+        gk.put_object("t", 1, "transcript", "commons", "T0", "Talk", "", segments=[seg(0, 1, "hello")])
+        assert gk.set_chunk_sizes("transcript", 1000, 150) == (1000, 150)
+        assert gk.set_chunk_sizes("transcript", overlap=100) == (1500, 100)
+        for bad in [("transcript", 100, None), ("podcast", 900, None), ("transcript", 900, 450)]:
+            with pytest.raises(InvalidArgument):
+                gk.set_chunk_sizes(*bad)
+        with pytest.raises(InvalidArgument):
+            gk.set_chunk_sizes("transcript", True)
+        assert gk.conn.execute("select chunk_sizes from groundkit.config").fetchone() == {
+            "chunk_sizes": {"transcript": {"overlap": 100}}}
+    result = CliRunner().invoke(app, ["config", "set-chunk-sizes", "transcript", "--chars", "900", "--overlap",
+                                      "100", "--dsn", dsn], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert ("transcript: chunks of at most 900 characters, 100 of overlap; 1 chunks made otherwise:"
+            " groundkit rebuild re-chunks them") in result.output
+    result = CliRunner().invoke(app, ["config", "set-chunk-sizes", "transcript", "--dsn", dsn],
+                                env={"COLUMNS": "200"})
+    assert "at most 1500 characters, 200 of overlap; no chunk made otherwise" in result.output
+    with Groundkit.connect(dsn) as gk:
+        assert gk.conn.execute("select chunk_sizes from groundkit.config").fetchone() == {"chunk_sizes": {}}
 
 
 @pytest.mark.parametrize("sizes", [

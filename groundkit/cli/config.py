@@ -1,4 +1,5 @@
-"""``groundkit config``: settings that change more than a row (BM25's k1 and b)."""
+"""``groundkit config``: settings that change more than a row (BM25's k1 and b), and the chunk
+sizes of one content type."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.client import Groundkit
 
-app = typer.Typer(help="Change settings that need more than an update of groundkit.config.",
+app = typer.Typer(help="Change settings that need more than an update of groundkit.config, and chunk sizes.",
                   no_args_is_help=True, rich_markup_mode="markdown")
 
 
@@ -26,3 +27,25 @@ def set_bm25(
         n = gk.set_bm25(k1, b)
     out.print(f"BM25 k1 {k1:g}, b {b:g}; recomputed {n} postings' impacts" if n
               else f"BM25 k1 {k1:g}, b {b:g} already; nothing to recompute", highlight=False)
+
+
+@app.command("set-chunk-sizes")
+@handle_errors
+def set_chunk_sizes(
+    content_type: Annotated[str, typer.Argument(help="course_section, board_post, transcript, event, member_note "
+                                                     "or document.")],
+    chars: Annotated[int | None, typer.Option(help="Longest chunk, in characters (200-1000000); "
+                                                   "default: config.chunk_chars.")] = None,
+    overlap: Annotated[int | None, typer.Option(help="Overlap between chunks, in characters (under half of "
+                                                     "--chars); default: config.chunk_overlap.")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Set one content type's chunk sizes (groundkit.config.chunk_sizes; neither option: back to
+    the defaults). Objects written afterwards use them; chunks made otherwise are listed by
+    `groundkit status` and re-chunked by `groundkit rebuild`."""
+    with Groundkit.connect(dsn) as gk:
+        size, over = gk.set_chunk_sizes(content_type, chars, overlap)
+        outdated = sum(o.chunks for o in gk.outdated_chunks() if o.content_type == content_type)
+    out.print(f"{content_type}: chunks of at most {size} characters, {over} of overlap; "
+              + (f"{outdated:,} chunks made otherwise: groundkit rebuild re-chunks them" if outdated
+                 else "no chunk made otherwise"), highlight=False)

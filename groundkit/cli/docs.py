@@ -48,6 +48,7 @@ EXAMPLES: dict[str, str] = {
     "db status": "$ groundkit db status",
     "db stop": "$ groundkit db stop",
     "config set-bm25": "$ groundkit config set-bm25 1.2 0.75",
+    "config set-chunk-sizes": "$ groundkit config set-chunk-sizes transcript --chars 1000 --overlap 150",
     "eval quality": "$ groundkit eval quality --dataset data/scifact --arm groundkit --arm tantivy",
     "eval gate": "$ groundkit eval gate --embedded",
 }

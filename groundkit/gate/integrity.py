@@ -14,7 +14,8 @@ select concat_ws('|', 'o', o.object_id, o.version, o.state, o.tier_visibility, o
                  o.content_hash, o.log_seq) as line from groundkit.objects o
 union all
 select concat_ws('|', 'c', c.object_id, c.chunk_seq, c.object_version, md5(c.content), c.doc_len,
-                 coalesce(c.stat_scope::text, '-')) from groundkit.chunks c
+                 coalesce(c.stat_scope::text, '-'), c.chunker_version, coalesce(c.char_start::text, '-'),
+                 coalesce(c.char_end::text, '-')) from groundkit.chunks c
 union all
 select concat_ws('|', 't', t.term, t.scope, sum(t.df))
   from (select t.term, t.scope, t.df from groundkit.term_stats t
