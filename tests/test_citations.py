@@ -349,3 +349,18 @@ def test_demo_shows_a_jump_to_time_a_reply_found_through_its_thread_and_a_sectio
     assert f"Joinery 3: Hand-cut Dovetails {arrow} Module 2: Sawing and chopping {arrow} Chopping out the waste" in out
     assert "Remove most of the waste with a coping saw" in out and "&lt;" not in out and "<mark>" not in out
     assert "fetch_citation returns the cited chunk with its whole section" in out
+
+
+def test_fetch_citation_of_a_chunk_made_before_offsets_is_the_chunk_itself(
+        gk: Groundkit, raw: psycopg.Connection[Any]) -> None:
+    """Chunks made before revision 0013 have no offsets until a rebuild: their context is the
+    chunk alone (a transcript's window still comes from its segments' times)."""
+    _world(gk)
+    gk.put_object("ev", 1, "event", "studio", "T0", "Open studio", "Kiln opening at noon. " * 200)
+    gk.put_object("talk", 1, "transcript", "studio", "T0", "Glaze clinic", "", segments=SEGMENTS)
+    raw.execute("update groundkit.chunks set char_start = null, char_end = null, chunker = null")
+    cited = gk.fetch_citation("ana", "ev", 1, 1)
+    assert cited is not None and cited.context == cited.content and cited.context_char_start is None
+    talk = gk.fetch_citation("ana", "talk", 1, 0)
+    assert talk is not None and talk.context_start_ms == SEGMENTS[0]["start_ms"]
+    assert "clean bisque" in talk.context
