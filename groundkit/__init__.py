@@ -18,6 +18,7 @@ from groundkit.errors import (
 )
 from groundkit.migrate import MigrationState, migrate, migration_sql, migration_state
 from groundkit.models import (
+    Citation,
     ContentObject,
     Due,
     IndexStatus,
@@ -36,6 +37,7 @@ from groundkit.models import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Citation",
     "ConfigError",
     "ContentObject",
     "DatabaseUnavailable",

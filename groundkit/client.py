@@ -22,7 +22,9 @@ from groundkit.maintenance import REINDEX_DRIFT, REINDEX_STEP_POSTINGS
 from groundkit.models import (
     CONTENT_TYPES,
     MAX_K,
+    MAX_MARKER_CHARS,
     MAX_QUERY_CHARS,
+    Citation,
     ContentObject,
     Member,
     SearchHit,
@@ -64,6 +66,17 @@ def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
     # Raised outside the handler: psycopg's error keeps the failed connection, password
     # included, in ``exc.pgconn``, and ``from None`` would still leave it in ``__context__``.
     raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}")
+
+
+def _check_markers(snippet_start: object, snippet_end: object) -> None:
+    """The snippet markers' checks, as groundkit._snippet_check makes them (GK005)."""
+    for name, marker in (("snippet_start", snippet_start), ("snippet_end", snippet_end)):
+        if not isinstance(marker, str):
+            raise InvalidArgument(f"{name} must be a string")
+        if len(marker) > MAX_MARKER_CHARS:
+            raise InvalidArgument(f"{name} is at most {MAX_MARKER_CHARS} characters")
+        if any(ch in marker for ch in "\x01\x02\x03\x04"):
+            raise InvalidArgument(f"{name} must not contain the control characters 1-4")
 
 
 class Groundkit(Admin):
@@ -232,8 +245,12 @@ class Groundkit(Admin):
         k: int = 10,
         content_types: Sequence[str] | None = None,
         space_ids: Sequence[str] | None = None,
+        snippet_start: str = "<mark>",
+        snippet_end: str = "</mark>",
     ) -> list[SearchHit]:
-        """The top ``k`` chunks ``reader_sub`` may see right now, ranked by BM25."""
+        """The top ``k`` chunks ``reader_sub`` may see right now, ranked by BM25, each with its
+        citation and a snippet: HTML-escaped text around the matches, which stand between
+        ``snippet_start`` and ``snippet_end``."""
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
             raise InvalidArgument(f"k must be between 1 and {MAX_K} (got {k!r})")
         if not isinstance(query, str):
@@ -247,15 +264,18 @@ class Groundkit(Admin):
             unknown = [c for c in content_types if c not in CONTENT_TYPES]
             if unknown:
                 raise UnknownContentType(f"unknown content_type {unknown[0]!r} in content_types")
+        _check_markers(snippet_start, snippet_end)
         _no_nul(reader_sub=reader_sub, query=query, content_types=list(content_types or ()),
-                space_ids=list(space_ids or ()))
+                space_ids=list(space_ids or ()), snippet_start=snippet_start, snippet_end=snippet_end)
         rows = self._fetch(
             "select * from groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
-            " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[])",
+            " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[],"
+            " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s)",
             {
                 "reader_sub": reader_sub, "query": query, "k": k,
                 "content_types": None if content_types is None else list(content_types),
                 "space_ids": None if space_ids is None else list(space_ids),
+                "snippet_start": snippet_start, "snippet_end": snippet_end,
             },
         )
         return [SearchHit.model_validate(r) for r in rows]
@@ -286,6 +306,27 @@ class Groundkit(Admin):
         """How many chunks the current versions of ``object_ids`` have."""
         return int(self._scalar("select count(*) from groundkit.chunks where object_id = any(%(ids)s::text[])",
                                 {"ids": list(object_ids)}))
+
+    def fetch_citation(self, reader_sub: str, object_id: str, version: int, chunk_seq: int) -> Citation | None:
+        """The chunk a hit cited, with its context, if ``reader_sub`` may see it right now; else
+        ``None``, exactly as for an object, version or chunk that does not exist (only an
+        object's current version has chunks)."""
+        for name, value in (("version", version), ("chunk_seq", chunk_seq)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise InvalidArgument(f"{name} must be an integer (got {value!r})")
+        if not isinstance(reader_sub, str) or not isinstance(object_id, str):
+            raise InvalidArgument("reader_sub and object_id must be strings")
+        _no_nul(reader_sub=reader_sub, object_id=object_id)
+        if not (0 <= chunk_seq < 2**31 and 0 <= version < 2**63):
+            return None  # no such chunk, as the database would say
+        rows = self._fetch(
+            "select * from groundkit.fetch_citation(%(reader_sub)s, %(object_id)s, %(version)s, %(chunk_seq)s)",
+            {"reader_sub": reader_sub, "object_id": object_id, "version": version, "chunk_seq": chunk_seq},
+        )
+        if not rows:
+            return None
+        return Citation.model_validate(
+            {**rows[0], "object_id": object_id, "object_version": version, "chunk_seq": chunk_seq})
 
     # -- the log and the derived state -----------------------------------------------------
 

@@ -16,6 +16,7 @@ CONTENT_TYPES: tuple[str, ...] = (
 
 MAX_QUERY_CHARS = 4096
 MAX_K = 200
+MAX_MARKER_CHARS = 64  # snippet_start / snippet_end
 
 
 class _Frozen(BaseModel):
@@ -113,6 +114,44 @@ class SearchHit(_Frozen):
     score: float = Field(ge=0.0)
     start_ms: int | None = None
     end_ms: int | None = None
+    # the citation (docs/sql-api.md, "Citations"): null where the content type or the chunker
+    # has none (offsets and chunker: null on chunks made before revision 0015)
+    char_start: int | None = None
+    char_end: int | None = None
+    heading_path: tuple[str, ...] | None = None
+    thread_id: str | None = None
+    thread_title: str | None = None
+    chunker: str | None = None
+    snippet: str | None = None
+
+
+class Citation(_Frozen):
+    """A cited chunk with its context (:meth:`groundkit.Groundkit.fetch_citation`): the chunk's
+    columns as in :class:`SearchHit`, and the text around it: a transcript's window of segments,
+    a board post whole, a section whole, or the chunk with its neighbours. ``context_char_*``
+    are offsets into the body (a transcript's segment texts joined by one space), as
+    ``char_*``; ``context_*_ms`` the window's times (transcripts)."""
+
+    object_id: str
+    object_version: int
+    chunk_seq: int
+    content_type: str
+    space_id: str
+    title: str
+    content: str
+    start_ms: int | None = None
+    end_ms: int | None = None
+    char_start: int | None = None
+    char_end: int | None = None
+    heading_path: tuple[str, ...] | None = None
+    thread_id: str | None = None
+    thread_title: str | None = None
+    chunker: str | None = None
+    context: str
+    context_char_start: int | None = None
+    context_char_end: int | None = None
+    context_start_ms: int | None = None
+    context_end_ms: int | None = None
 
 
 class OutdatedChunks(_Frozen):

@@ -22,4 +22,6 @@ class Retriever(Protocol):
         k: int = 10,
         content_types: Sequence[str] | None = None,
         space_ids: Sequence[str] | None = None,
+        snippet_start: str = "<mark>",
+        snippet_end: str = "</mark>",
     ) -> list[SearchHit]: ...

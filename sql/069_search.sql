@@ -200,12 +200,17 @@ begin
 end
 $$;
 
+-- The public search: the planner's top k with each hit's citation (where the chunk lies in its
+-- object, its headings, its thread, its chunker) and its snippet (sql/066_snippet.sql), between
+-- snippet_start and snippet_end. docs/sql-api.md, "Citations".
 create or replace function groundkit.search(
     reader_sub text,
     query text,
     k integer default 10,
     content_types text[] default null,
-    space_ids text[] default null)
+    space_ids text[] default null,
+    snippet_start text default '<mark>',
+    snippet_end text default '</mark>')
 returns table (
     object_id text,
     object_version bigint,
@@ -216,16 +221,35 @@ returns table (
     content text,
     score double precision,
     start_ms bigint,
-    end_ms bigint)
-language sql stable
+    end_ms bigint,
+    char_start integer,
+    char_end integer,
+    heading_path text[],
+    thread_id text,
+    thread_title text,
+    chunker text,
+    snippet text)
+language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
+#variable_conflict use_column
+declare
+    q tsquery;
+begin
+    perform groundkit._reader_allowed(search.reader_sub);  -- GK010 for a bound login's other readers
+    perform groundkit._snippet_check(search.snippet_start, search.snippet_end);
+    -- once a search, not once a hit
+    q := groundkit._query_tsquery(search.query);
+    return query
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
-           c.content, r.score, c.start_ms, c.end_ms
+           c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
+           t.thread_id, t.thread_title, c.chunker,
+           groundkit._snippet(c.content, q, search.snippet_start, search.snippet_end)
       from groundkit._search_pruned(search.reader_sub, search.query, search.k,
                                     search.content_types, search.space_ids) r
       join groundkit.chunks c on c.chunk_id = r.chunk_id
       join groundkit.objects o on o.object_id = c.object_id
-     where groundkit._reader_allowed(search.reader_sub)  -- GK010 for a bound login's other readers
-     order by r.score desc, c.object_id, c.chunk_seq
+     cross join lateral groundkit._thread_of(o.content_type, o.object_id, o.title, o.metadata) t
+     order by r.score desc, c.object_id, c.chunk_seq;
+end
 $$;

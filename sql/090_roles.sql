@@ -5,8 +5,9 @@
 --   groundkit_owner   owns the schema and everything in it; the SECURITY DEFINER functions
 --                     run as this role. NOLOGIN.
 --   groundkit_writer  may call the write and membership functions. NOLOGIN.
---   groundkit_reader  may call groundkit.search and nothing else: no SELECT on chunks, the
---                     log or members, so it cannot go around the permission predicate. NOLOGIN.
+--   groundkit_reader  may call groundkit.search and groundkit.fetch_citation and nothing else:
+--                     no SELECT on chunks, the log or members, so it cannot go around the
+--                     permission predicate. NOLOGIN.
 --
 -- Apps log in as their own roles and are granted one of these (`grant groundkit_reader to app_api`).
 -- Roles are cluster-wide: they are created once, guarded by existence checks, and a migrate that
@@ -104,7 +105,8 @@ declare
     fn text;
 begin
     foreach fn in array array[
-        'groundkit.search(text, text, integer, text[], text[])',
+        'groundkit.search(text, text, integer, text[], text[], text, text)',
+        'groundkit.fetch_citation(text, text, bigint, integer)',
         'groundkit.put_member(text, text, text)',
         'groundkit.put_space(text, text, boolean)',
         'groundkit.grant_space(text, text)',
@@ -125,7 +127,10 @@ do $grants$
 begin
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
         grant usage on schema groundkit to groundkit_reader;
-        grant execute on function groundkit.search(text, text, integer, text[], text[]) to groundkit_reader;
+        grant execute on function
+            groundkit.search(text, text, integer, text[], text[], text, text),
+            groundkit.fetch_citation(text, text, bigint, integer)
+        to groundkit_reader;
     end if;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
         grant usage on schema groundkit to groundkit_writer;

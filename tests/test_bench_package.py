@@ -104,3 +104,13 @@ def test_ingest_dir_times_the_loaders_and_the_ingest(server_dsn: str, capsys: py
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # the scratch databases are gone
         left = conn.execute("select count(*) from pg_database where datname like 'gk_ingestdir_%'").fetchone()
     assert left == (0,)
+
+
+def test_snippets_compares_search_with_and_without(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["snippets", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| snippets p50 / p95 / mean ms | no snippets p50 / p95 / mean ms |" in out
+    assert _differing(out) == [0, 0, 0], out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_snip_%'").fetchone()
+    assert left == (0,)

@@ -8,6 +8,7 @@
     chunking      what each content type's chunker costs per object, against the text chunker
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
+    snippets      the cost of search's snippets: groundkit.search with and without them
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -17,7 +18,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, chunking, ingest, ingest_dir, profile, search, sidechannel, unmaintained
+from evals.bench import ab, chunking, ingest, ingest_dir, profile, search, sidechannel, snippets, unmaintained
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
@@ -28,6 +29,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "chunking": chunking.main,
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
+    "snippets": snippets.main,
 }
 
 

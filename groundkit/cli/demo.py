@@ -18,6 +18,7 @@ from rich.rule import Rule
 from rich.table import Table
 
 import groundkit
+from groundkit.cli import citations
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.databases import fresh_database
@@ -90,34 +91,32 @@ def _ids(hits: list[SearchHit]) -> set[str]:
     return {h.object_id for h in hits}
 
 
-def _clock(ms: int) -> str:
-    return f"{ms // 60_000}:{ms // 1000 % 60:02d}"
-
-
 def _citations(gk: Groundkit, community: Community) -> None:
-    """Step 5: each content type's chunker makes a hit you can cite (docs/chunking.md): a moment
-    of a recording, a reply found through its thread's subject, a section under its headings."""
+    """Step 5: every hit cites where it lies (docs/sql-api.md, "Citations"), made so by each
+    content type's chunker (docs/chunking.md): a moment of a recording, a reply found through its
+    thread's subject, a section under its headings; each with its snippet, the matches bold."""
     cites = community.demo["citations"]
     reader = str(cites["reader"])
     out.print(Rule("5. Hits you can cite: a moment, a thread, a section"))
+    hits: dict[str, SearchHit] = {}
     for kind in ("transcript", "thread", "section"):
         query, wanted = str(cites[kind]["query"]), str(cites[kind]["object_id"])
-        hit = next(h for h in gk.search(reader, query) if h.object_id == wanted)
-        # (the chunk's heading path and the thread's title: what a citation shows)
-        row: Any = gk.conn.execute(
-            "select c.heading_path, o.metadata ->> 'thread_title' as thread_title from groundkit.chunks c"
-            "  join groundkit.objects o on o.object_id = c.object_id"
-            " where c.object_id = %s and c.chunk_seq = %s", (hit.object_id, hit.chunk_seq)).fetchone()
+        hit = hits[kind] = next(h for h in gk.search(reader, query) if h.object_id == wanted)
         if kind == "transcript" and hit.start_ms is not None:
-            where = f"at [bold]{_clock(hit.start_ms)}[/] of {hit.title!r}"
+            where = f"at [bold]{citations.clock(hit.start_ms)}[/] of {escape(repr(hit.title))}"
         elif kind == "thread":
-            where = f"{hit.title!r}, a reply in the thread [bold]{row['thread_title']!r}[/]"
+            where = f"{escape(repr(hit.title))}, a reply in the thread [bold]{escape(repr(hit.thread_title))}[/]"
         else:
-            where = " \u203a ".join(row["heading_path"] or [hit.title])
-        out.print(f"{query!r} -> {where}", highlight=False)
-        text = " ".join(hit.content.split())
-        out.print(f"  [dim]{escape(text[:110])}{'...' if len(text) > 110 else ''}[/]", highlight=False)
-    out.print("")
+            where = escape(" \u203a ".join(hit.heading_path or (hit.title,)))
+        out.print(f"{escape(repr(query))} -> {where}", highlight=False)
+        out.print(f"  {citations.snippet_markup(hit.snippet or '')}", highlight=False)
+    if "<mark>" not in (hits["thread"].snippet or ""):
+        out.print("The reply's own text has none of the query's words: its thread's subject is indexed with it.")
+    section = hits["section"]
+    cited = gk.fetch_citation(reader, section.object_id, section.object_version, section.chunk_seq)
+    assert cited is not None, "the reader who found the section cannot cite it"
+    out.print(f"groundkit.fetch_citation returns the cited chunk with its whole section ({len(cited.context)} "
+              "characters), under the same permission check as search.\n")
 
 
 @handle_errors

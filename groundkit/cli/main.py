@@ -20,6 +20,7 @@ from rich.progress import (
 
 import groundkit
 from groundkit import maintenance
+from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
@@ -343,10 +344,36 @@ def search(
     out.print(f"[bold]{len(hits)}[/] result(s) for {query!r} as [cyan]{as_}[/]", highlight=False)
     for rank, hit in enumerate(hits, start=1):
         where = f"{hit.content_type} · {hit.space_id} · {hit.object_id} v{hit.object_version} #{hit.chunk_seq}"
-        if hit.start_ms is not None:
-            where += f" · {hit.start_ms / 1000:.1f}s-{(hit.end_ms or hit.start_ms) / 1000:.1f}s"
-        snippet = " ".join(hit.content.split())
-        snippet = snippet if len(snippet) <= 220 else snippet[:217] + "..."
         out.print(f"{rank:>2}. [bold]{escape(hit.title)}[/]  [green]{hit.score:.3f}[/]", highlight=False)
         out.print(f"    [dim]{escape(where)}[/]", highlight=False)
-        out.print(f"    {escape(snippet)}", highlight=False)
+        if cited := citations.where(hit):
+            out.print(f"    [cyan]{escape(cited)}[/]", highlight=False)
+        out.print(f"    {citations.snippet_markup(hit.snippet or '')}", highlight=False)
+
+
+@app.command()
+@handle_errors
+def cite(
+    object_id: Annotated[str, typer.Argument(help="The hit's object_id.")],
+    version: Annotated[int, typer.Argument(help="The hit's object_version.")],
+    chunk_seq: Annotated[int, typer.Argument(help="The hit's chunk_seq.")],
+    as_: Annotated[str, typer.Option("--as", help="The reader's member_sub.")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of text.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Show a search hit's chunk in its context (the section, the post, the stretch of the
+    recording), if the member may see it now. Exit 1 when there is none to show."""
+    with Groundkit.connect(dsn) as gk:
+        found = gk.fetch_citation(as_, object_id, version, chunk_seq)
+    if found is None:
+        # the same answer for an object the reader may not see and one that does not exist
+        err.print(f"no citation {object_id} v{version} #{chunk_seq} for {as_}", highlight=False)
+        raise typer.Exit(1)
+    if as_json:
+        sys.stdout.write(json.dumps(found.model_dump()) + "\n")
+        return
+    out.print(f"[bold]{escape(found.title)}[/]  [dim]{escape(found.content_type)} · {escape(found.space_id)}[/]",
+              highlight=False)
+    if cited := citations.where(found):
+        out.print(f"[cyan]{escape(cited)}[/]", highlight=False)
+    out.print(escape(found.context), highlight=False)

@@ -111,6 +111,26 @@ def cases() -> list[Case]:
     s(Case("search: content_types as a string", lambda g, _: g.search("ana", "kiln", content_types="board_post"),
            "error"))
     s(Case("search: NUL in space_ids", lambda g, _: g.search("ana", "kiln", space_ids=["board\x00"]), "error"))
+    # -- citations: markers are checked; a citation request never errors into a leak ------
+    s(Case("search: snippet_start of 65 characters", lambda g, _: g.search("ana", "kiln", snippet_start="<" * 65),
+           "error"))
+    s(Case("search: snippet_end with control character 2", lambda g, _: g.search("ana", "kiln", snippet_end="\x02"),
+           "error"))
+    s(Case("search: snippet_start as None", lambda g, _: g.search("ana", "kiln", snippet_start=None), "error"))
+    s(Case("SQL search: NULL snippet_end", _sql("select * from groundkit.search('ana', 'kiln', snippet_end => null)"),
+           "error"))
+    s(Case("fetch_citation: NUL in object_id", lambda g, _: g.fetch_citation("ana", "p\x00", 1, 0), "error"))
+    s(Case("fetch_citation: version as a string", lambda g, _: g.fetch_citation("ana", "p1", "1", 0), "error"))
+    for inj in INJECTIONS:
+        s(Case(f"fetch_citation: SQL injection as object_id {inj!r} is no row",
+               lambda g, _, i=inj: g.fetch_citation("ana", i, 1, 0), "answer",
+               lambda got: None if got is None else f"got {got!r}"))
+        s(Case(f"fetch_citation: SQL injection as reader_sub {inj!r} fails closed",
+               lambda g, _, i=inj: g.fetch_citation(i, "p1", 1, 0), "answer",
+               lambda got: None if got is None else f"got {got!r}"))
+    s(Case("SQL fetch_citation: NULL arguments are no row",
+           _sql("select * from groundkit.fetch_citation(null, null, null, null)"), "answer",
+           lambda rows: None if rows == [] else f"got {rows!r}"))
     # -- membership and spaces ----------------------------------------------------------
     s(Case("put_member: unknown tier", lambda g, _: g.put_member("zed", "T9"), "error"))
     s(Case("put_member: unknown status", lambda g, _: g.put_member("zed", "T1", "admin"), "error"))

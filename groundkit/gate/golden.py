@@ -203,6 +203,7 @@ class Hit:
     object_version: int
     title: str
     content: str
+    snippet: str = ""
 
 
 class Searcher(Protocol):
@@ -216,7 +217,7 @@ def real_searcher(gk: Groundkit) -> Searcher:
     def search(reader_sub: str, query: str, k: int = 10, content_types: Sequence[str] | None = None,
                space_ids: Sequence[str] | None = None) -> list[Hit]:
         hits = gk.search(reader_sub, query, k=k, content_types=content_types, space_ids=space_ids)
-        return [Hit(h.object_id, h.object_version, h.title, h.content) for h in hits]
+        return [Hit(h.object_id, h.object_version, h.title, h.content, h.snippet or "") for h in hits]
 
     return search
 
@@ -414,9 +415,18 @@ class GoldenRun:
         for reader in self.golden.readers:
             for secret in obj.secrets:
                 for h in self.search(reader, secret, k=200):
-                    if secret.lower() in (h.title + h.content).lower() or h.object_id == object_id:
+                    if secret.lower() in (h.title + h.content + h.snippet).lower() or h.object_id == object_id:
                         counts.leaks += 1
                         problems.append(f"search as {reader!r} for {secret!r} still returns {h.object_id}")
+        # 1b. nor does any reader get a citation of it, at any version or chunk it had
+        versions = range(1, self.model.objects[object_id].version + 1)
+        for reader in self.golden.readers:
+            for version in versions:
+                for seq in range(4):
+                    if (cited := self.gk.fetch_citation(reader, object_id, version, seq)) is not None:
+                        counts.leaks += 1
+                        problems.append(f"fetch_citation as {reader!r} of {object_id} v{version} #{seq} "
+                                        f"returns {cited.content[:40]!r}")
         # 2. the log keeps the events, never the text
         rows = self.admin.execute(
             "select seq, op, title is not null or body is not null or segments is not null as has_text"
@@ -468,6 +478,29 @@ class GoldenRun:
         for q in self.golden.queries:
             self.check_query(q)
         self.run_steps(grid_every_step)
+        self.check_citations(f"{self.label}fetch_citation of every object as every reader agrees with the model "
+                             f"after the steps ({len(self.golden.readers)} x {len(self.golden.objects)} cells)")
+
+    def check_citations(self, description: str) -> bool:
+        """A cited chunk comes back to a reader exactly when the model lets the reader see the
+        object: an invisible object's citation is no row, as for one that does not exist. Always
+        through the real ``groundkit.fetch_citation``, whatever the searcher."""
+        counts = Counts()
+        problems: list[str] = []
+        for reader in self.golden.readers:
+            for o in self.golden.objects:
+                obj = self.model.objects.get(o.id)
+                version = obj.version if obj is not None else o.version
+                got = self.gk.fetch_citation(reader, o.id, version, 0) is not None
+                want = self.model.visible(reader, o.id)
+                if got and not want:
+                    counts.leaks += 1
+                    problems.append(f"LEAK: fetch_citation as {reader!r} of {o.id} v{version} returns a row; "
+                                    f"rule: {self.model.explain(reader, o.id).rule}")
+                elif want and not got:
+                    counts.missing += 1
+                    problems.append(f"MISSING: fetch_citation as {reader!r} of {o.id} v{version} returns no row")
+        return self.tap.check(not problems, description, problems, counts=counts)
 
 
 def scan_schema(conn: psycopg.Connection[Any], needles: Sequence[str]) -> list[tuple[str, str, int]]:
