@@ -84,6 +84,18 @@ class ReaderNotAllowed(GroundkitError):
     sqlstate = "GK010"
 
 
+class UnknownRun(InvalidArgument):
+    """A run id that names no recorded run (GK012)."""
+
+    sqlstate = "GK012"
+
+
+class UnknownFlow(InvalidArgument):
+    """A run's flow that ``groundkit.config.run_flows`` does not name (GK013)."""
+
+    sqlstate = "GK013"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -95,6 +107,8 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK008": PgvectorMissing,
     "GK009": UnknownObject,
     "GK010": ReaderNotAllowed,
+    "GK012": UnknownRun,
+    "GK013": UnknownFlow,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

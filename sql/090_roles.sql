@@ -7,7 +7,9 @@
 --   groundkit_writer  may call the write and membership functions. NOLOGIN.
 --   groundkit_reader  may call groundkit.search and groundkit.fetch_citation and nothing else:
 --                     no SELECT on chunks, the log or members, so it cannot go around the
---                     permission predicate. NOLOGIN.
+--                     permission predicate; and record, replay and diff its readers' own
+--                     runs (docs/runs.md). NOLOGIN.
+--   groundkit_auditor may list, replay and diff every reader's runs. NOLOGIN.
 --
 -- Apps log in as their own roles and are granted one of these (`grant groundkit_reader to app_api`).
 -- Roles are cluster-wide: they are created once, guarded by existence checks, and a migrate that
@@ -18,7 +20,7 @@ do $roles$
 declare
     r text;
 begin
-    foreach r in array array['groundkit_owner', 'groundkit_writer', 'groundkit_reader'] loop
+    foreach r in array array['groundkit_owner', 'groundkit_writer', 'groundkit_reader', 'groundkit_auditor'] loop
         if not exists (select 1 from pg_catalog.pg_roles where rolname = r) then
             begin
                 execute format('create role %I nologin', r);
@@ -116,7 +118,13 @@ begin
         'groundkit.retier_object(text, bigint, text)',
         'groundkit.delete_object(text, bigint)',
         'groundkit.redact_object(text, bigint)',
-        'groundkit.snapshot_marker()'
+        'groundkit.snapshot_marker()',
+        'groundkit.run_search(uuid, integer, text, text, text, integer, text[], text[], text, text)',
+        'groundkit.record_run(uuid, text, text, text, text, timestamptz, jsonb, jsonb, text)',
+        'groundkit.replay_run(uuid, text)',
+        'groundkit.run_header(uuid, text)',
+        'groundkit.list_runs(text, text, timestamptz, integer)',
+        'groundkit.diff_runs(uuid, uuid, text)'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
     end loop;
@@ -131,6 +139,23 @@ begin
             groundkit.search(text, text, integer, text[], text[], text, text),
             groundkit.fetch_citation(text, text, bigint, integer)
         to groundkit_reader;
+        -- runs (sql/080_runs.sql): a reader's own; prune_runs is granted to nobody
+        grant execute on function
+            groundkit.run_search(uuid, integer, text, text, text, integer, text[], text[], text, text),
+            groundkit.record_run(uuid, text, text, text, text, timestamptz, jsonb, jsonb, text),
+            groundkit.replay_run(uuid, text),
+            groundkit.run_header(uuid, text),
+            groundkit.diff_runs(uuid, uuid, text)
+        to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function
+            groundkit.replay_run(uuid, text),
+            groundkit.run_header(uuid, text),
+            groundkit.list_runs(text, text, timestamptz, integer),
+            groundkit.diff_runs(uuid, uuid, text)
+        to groundkit_auditor;
     end if;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
         grant usage on schema groundkit to groundkit_writer;
