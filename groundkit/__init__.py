@@ -1,8 +1,10 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
 from groundkit.client import Groundkit, connect, resolve_dsn
+from groundkit.context import AssembledContext, Citation, assemble_context
 from groundkit.errors import (
     ConfigError,
+    ContextBudgetTooSmall,
     DatabaseUnavailable,
     GroundkitError,
     InvalidArgument,
@@ -10,6 +12,7 @@ from groundkit.errors import (
     MigrationError,
     PgvectorMissing,
     UnknownContentType,
+    UnknownFlow,
     UnknownObject,
     UnknownSpace,
     UnknownTier,
@@ -34,8 +37,11 @@ from groundkit.models import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AssembledContext",
+    "Citation",
     "ConfigError",
     "ContentObject",
+    "ContextBudgetTooSmall",
     "DatabaseUnavailable",
     "Due",
     "Groundkit",
@@ -53,6 +59,7 @@ __all__ = [
     "Segment",
     "Space",
     "UnknownContentType",
+    "UnknownFlow",
     "UnknownObject",
     "UnknownSpace",
     "UnknownTier",
@@ -60,6 +67,7 @@ __all__ = [
     "WorkerHeartbeat",
     "WriteResult",
     "WriteStatus",
+    "assemble_context",
     "connect",
     "migrate",
     "migration_sql",

@@ -78,6 +78,16 @@ class PgvectorMissing(GroundkitError):
     sqlstate = "GK008"
 
 
+class ContextBudgetTooSmall(InvalidArgument):
+    """A context's token budget cannot hold the frame and the first hit (GK005)."""
+
+
+class UnknownFlow(InvalidArgument):
+    """A metered call or run names a flow that is not configured (GK011)."""
+
+    sqlstate = "GK011"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -88,6 +98,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK007": InvariantViolation,
     "GK008": PgvectorMissing,
     "GK009": UnknownObject,
+    "GK011": UnknownFlow,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now
