@@ -24,6 +24,7 @@ from rich.progress import (
 import groundkit
 from groundkit import maintenance
 from groundkit.cli import config as config_cli
+from groundkit.cli import costs as costs_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
@@ -48,6 +49,7 @@ app.add_typer(db_cli.app, name="db")
 app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
+app.command("costs")(costs_cli.costs)
 
 
 @app.callback()
