@@ -105,26 +105,34 @@ returns table (key text, currency text, calls bigint, tokens_in numeric, tokens_
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-#variable_conflict use_column
+declare
+    -- the grouping key, and how it is shown: fixed fragments, chosen by p_by from this list only
+    group_key constant text := case p_by when 'flow' then 'c.flow' when 'model' then 'c.model'
+                                         when 'reader' then 'c.reader'
+                                         -- UTC days by arithmetic: no time zone lookup per row
+                                         when 'day' then 'pg_catalog.date_bin(''1 day'', c.at, ''2000-01-01 00:00:00+00'')' end;
+    shown constant text := case p_by when 'day' then 'pg_catalog.to_char(s.k at time zone ''UTC'', ''YYYY-MM-DD'')'
+                                     else 's.k' end;
 begin
-    if p_by is null or p_by not in ('flow', 'model', 'reader', 'day') then
+    if group_key is null then
         raise exception 'by must be flow, model, reader or day (got %)',
             coalesce(pg_catalog.quote_literal(p_by), 'null') using errcode = 'GK005';
     end if;
-    return query
-    select case p_by when 'flow' then c.flow
-                     when 'model' then c.model
-                     when 'reader' then c.reader
-                     else pg_catalog.to_char(pg_catalog.date_trunc('day', c.at, 'UTC'), 'YYYY-MM-DD') end,
-           c.currency,
-           pg_catalog.count(*),
-           pg_catalog.sum(c.tokens_in),
-           pg_catalog.sum(c.tokens_out),
-           pg_catalog.sum(c.cost),
-           pg_catalog.count(*) filter (where c.cost is null)
-      from groundkit.calls c
-     where c.at >= coalesce(p_since, '-infinity'::timestamptz)
-     group by 1, 2
-     order by 1 nulls last, 2 nulls last;
+    -- EXECUTE plans with the actual p_since each time: a cached generic plan would not know
+    -- whether the range is a week (the calls_at index) or all time (a sequential scan). Days are
+    -- grouped as timestamps and formatted once per group, not once per call.
+    return query execute pg_catalog.format($q$
+    select %s, s.currency, s.calls, s.tokens_in, s.tokens_out, s.cost, s.unpriced
+      from (select %s as k, c.currency,
+                   pg_catalog.count(*) as calls,
+                   pg_catalog.sum(c.tokens_in) as tokens_in,
+                   pg_catalog.sum(c.tokens_out) as tokens_out,
+                   pg_catalog.sum(c.cost) as cost,
+                   pg_catalog.count(*) filter (where c.cost is null) as unpriced
+              from groundkit.calls c
+             where c.at >= $1
+             group by 1, 2) s
+     order by s.k nulls last, s.currency nulls last
+    $q$, shown, group_key) using coalesce(p_since, '-infinity'::timestamptz);
 end
 $$;

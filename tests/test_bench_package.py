@@ -94,3 +94,13 @@ def test_unmaintained_agrees_with_maintained(server_dsn: str, capsys: pytest.Cap
     out = capsys.readouterr().out
     assert "un-maintained p50 / p95 / mean ms" in out
     assert _differing(out) == [0, 0, 0], out
+
+
+def test_costs_runs_every_grouping_and_drops_its_database(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["costs", "--dsn", server_dsn, "--calls", "3000", "--days", "30", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for by in ("flow", "model", "reader", "day"):
+        assert re.search(rf"\| {by} \| 7d \| \d+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", out), out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_costs_%'").fetchone()
+    assert left == (0,)

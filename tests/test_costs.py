@@ -46,7 +46,8 @@ def calls(gk: Groundkit) -> int:
 def run_sql(gk: Groundkit, statement: str) -> list[dict[str, object]]:
     """``statement`` on gk's connection, database errors mapped to groundkit's classes."""
     try:
-        return gk.conn.execute(statement).fetchall()
+        cur = gk.conn.execute(statement)
+        return cur.fetchall() if cur.description else []
     except psycopg.Error as exc:
         raise from_psycopg(exc) from exc
 
@@ -284,3 +285,11 @@ def test_the_writer_records_calls_and_nobody_but_the_owner_reads_the_spend(serve
 def test_the_price_table_model_forbids_extra_keys() -> None:
     with pytest.raises(ValueError):
         PriceTable.model_validate({"models": {}, "currency": "USD"})
+
+
+def test_days_are_utc_days_whatever_the_session_time_zone(gk: Groundkit) -> None:
+    run_sql(gk, "set timezone = 'America/New_York'")
+    run_sql(gk, "insert into groundkit.calls (flow, model, kind, tokens_in, tokens_out, at) values"
+                " ('home', 'm', 'llm', 1, 1, '2026-01-01 23:30:00-05'),"  # 04:30 UTC on the 2nd
+                " ('home', 'm', 'llm', 1, 1, '2026-01-01 18:59:00-05')")  # 23:59 UTC on the 1st
+    assert [(r.key, r.calls) for r in cost_summary(gk, by="day")] == [("2026-01-01", 1), ("2026-01-02", 1)]
