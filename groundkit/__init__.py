@@ -1,8 +1,10 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
 from groundkit.client import Groundkit, connect, resolve_dsn
+from groundkit.context import AssembledContext, assemble_context
 from groundkit.errors import (
     ConfigError,
+    ContextBudgetTooSmall,
     DatabaseUnavailable,
     GroundkitError,
     InvalidArgument,
@@ -11,6 +13,7 @@ from groundkit.errors import (
     PgvectorMissing,
     ReaderNotAllowed,
     UnknownContentType,
+    UnknownFlow,
     UnknownObject,
     UnknownSpace,
     UnknownTier,
@@ -37,9 +40,11 @@ from groundkit.models import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AssembledContext",
     "Citation",
     "ConfigError",
     "ContentObject",
+    "ContextBudgetTooSmall",
     "DatabaseUnavailable",
     "Due",
     "Groundkit",
@@ -59,6 +64,7 @@ __all__ = [
     "Segment",
     "Space",
     "UnknownContentType",
+    "UnknownFlow",
     "UnknownObject",
     "UnknownSpace",
     "UnknownTier",
@@ -66,6 +72,7 @@ __all__ = [
     "WorkerHeartbeat",
     "WriteResult",
     "WriteStatus",
+    "assemble_context",
     "connect",
     "migrate",
     "migration_sql",

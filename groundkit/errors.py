@@ -90,10 +90,14 @@ class UnknownRun(InvalidArgument):
     sqlstate = "GK012"
 
 
-class UnknownFlow(InvalidArgument):
-    """A run's flow that ``groundkit.config.run_flows`` does not name (GK013)."""
+class ContextBudgetTooSmall(InvalidArgument):
+    """A context's token budget cannot hold the frame and the first hit (GK005)."""
 
-    sqlstate = "GK013"
+
+class UnknownFlow(InvalidArgument):
+    """A metered call or run names a flow that is not configured (GK011)."""
+
+    sqlstate = "GK011"
 
 
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
@@ -107,8 +111,8 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK008": PgvectorMissing,
     "GK009": UnknownObject,
     "GK010": ReaderNotAllowed,
+    "GK011": UnknownFlow,
     "GK012": UnknownRun,
-    "GK013": UnknownFlow,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

@@ -37,20 +37,6 @@ create or replace trigger run_searches_no_truncate
     before truncate on groundkit.run_searches
     for each statement execute function groundkit._runs_guard();
 
--- GK013 for a flow that groundkit.config.run_flows does not name.
-create or replace function groundkit._run_flow_check(p_flow text) returns void
-language plpgsql stable
-set search_path = pg_catalog, pg_temp
-as $$
-begin
-    if p_flow is null or not exists (select 1 from groundkit.config c where p_flow = any (c.run_flows)) then
-        raise exception 'unknown flow %', coalesce(quote_literal(p_flow), 'NULL')
-            using errcode = 'GK013',
-                  hint = 'Flows are groundkit.config.run_flows: ' || (select array_to_string(c.run_flows, ', ') from groundkit.config c);
-    end if;
-end
-$$;
-
 -- The checks before a run's search: a known flow, a run id not already recorded, a positive
 -- search number, and the login binding (GK010).
 create or replace function groundkit._run_search_check(p_run_id uuid, p_search_no integer, p_flow text, p_reader_sub text)
@@ -59,7 +45,7 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 begin
-    perform groundkit._run_flow_check(p_flow);
+    perform groundkit._check_flow(p_flow);
     perform groundkit._reader_allowed(p_reader_sub);
     if p_run_id is null or p_search_no is null or p_search_no < 1 then
         raise exception 'run_id must be given and search_no be positive' using errcode = 'GK005';
@@ -165,7 +151,7 @@ declare
     v_cost numeric;
     v_unpriced integer;
 begin
-    perform groundkit._run_flow_check(record_run.flow);
+    perform groundkit._check_flow(record_run.flow);
     perform groundkit._reader_allowed(record_run.reader_sub);
     if record_run.run_id is null or record_run.reader_sub is null then
         raise exception 'run_id and reader_sub must be given' using errcode = 'GK005';
@@ -301,10 +287,12 @@ begin
            red.yes, ok.yes and not red.yes,
            groundkit._run_hit_now(h.object_id, h.object_version, lg.tier_visibility)
       from groundkit.run_searches s
-     cross join lateral jsonb_to_recordset(s.hits) with ordinality
-           as h(object_id text, object_version bigint, chunk_seq integer, score double precision,
-                chunker text, chunker_version text, chunk_chars integer, chunk_overlap integer,
-                char_start integer, char_end integer, ord bigint)
+     cross join lateral rows from (jsonb_to_recordset(s.hits)
+                 as (object_id text, object_version bigint, chunk_seq integer, score double precision,
+                     chunker text, chunker_version text, chunk_chars integer, chunk_overlap integer,
+                     char_start integer, char_end integer)) with ordinality
+           as h(object_id, object_version, chunk_seq, score, chunker, chunker_version, chunk_chars,
+                chunk_overlap, char_start, char_end, ord)
       left join lateral (select l.* from groundkit.content_log l
                           where l.object_id = h.object_id and l.version = h.object_version
                             and l.op in ('put', 'retier')
@@ -339,7 +327,7 @@ $$;
 
 -- Runs, newest first, with their search and hit counts: the auditor's and the owner's.
 create or replace function groundkit.list_runs(
-    flow text default null, reader_sub text default null, since timestamptz default null,
+    only_flow text default null, only_reader text default null, since timestamptz default null,
     max_rows integer default 1000)
 returns table (run_id uuid, flow text, reader_sub text, reader_tier text, model text,
                prompt_version text, recorded_at timestamptz, searches bigint, hits bigint,
@@ -359,8 +347,8 @@ begin
            r.tokens_in, r.tokens_out, r.cost, r.unpriced, r.error_class
       from groundkit.runs r
      where r.kind = 'run'
-       and (list_runs.flow is null or r.flow = list_runs.flow)
-       and (list_runs.reader_sub is null or r.reader_sub = list_runs.reader_sub)
+       and (list_runs.only_flow is null or r.flow = list_runs.only_flow)
+       and (list_runs.only_reader is null or r.reader_sub = list_runs.only_reader)
        and (list_runs.since is null or r.recorded_at >= list_runs.since)
      order by r.recorded_at desc, r.run_id
      limit greatest(list_runs.max_rows, 0);
@@ -383,14 +371,16 @@ begin
     with a as (
         select s.search_no, s.snapshot, s.reader_tier, h.object_id, h.chunk_seq, h.object_version, h.ord
           from groundkit.run_searches s
-         cross join lateral jsonb_to_recordset(s.hits) with ordinality
-               as h(object_id text, chunk_seq integer, object_version bigint, ord bigint)
+         cross join lateral rows from (jsonb_to_recordset(s.hits)
+                     as (object_id text, chunk_seq integer, object_version bigint)) with ordinality
+               as h(object_id, chunk_seq, object_version, ord)
          where s.run_id = diff_runs.run_a
     ), b as (
         select s.search_no, s.snapshot, s.reader_tier, h.object_id, h.chunk_seq, h.object_version, h.ord
           from groundkit.run_searches s
-         cross join lateral jsonb_to_recordset(s.hits) with ordinality
-               as h(object_id text, chunk_seq integer, object_version bigint, ord bigint)
+         cross join lateral rows from (jsonb_to_recordset(s.hits)
+                     as (object_id text, chunk_seq integer, object_version bigint)) with ordinality
+               as h(object_id, chunk_seq, object_version, ord)
          where s.run_id = diff_runs.run_b
     ), snaps as (
         select sa.search_no, sa.snapshot as snap_a, sb.snapshot as snap_b,

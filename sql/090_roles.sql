@@ -124,7 +124,10 @@ begin
         'groundkit.replay_run(uuid, text)',
         'groundkit.run_header(uuid, text)',
         'groundkit.list_runs(text, text, timestamptz, integer)',
-        'groundkit.diff_runs(uuid, uuid, text)'
+        'groundkit.diff_runs(uuid, uuid, text)',
+        'groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)',
+        'groundkit.cost_summary(timestamptz, text)',
+        'groundkit.add_flow(text)'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
     end loop;
@@ -171,6 +174,16 @@ begin
             groundkit.redact_object(text, bigint),
             groundkit.snapshot_marker()
         to groundkit_writer;
+        -- metered calls (sql/080_costs.sql): the app's writer records; reading the spend and
+        -- adding flows stay with the owner
+        grant execute on function
+            groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)
+        to groundkit_writer;
+    end if;
+    -- the spend is an audit read: an auditor role, where one exists, may read it
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function groundkit.cost_summary(timestamptz, text) to groundkit_auditor;
     end if;
 end
 $grants$;

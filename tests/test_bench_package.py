@@ -114,3 +114,13 @@ def test_snippets_compares_search_with_and_without(server_dsn: str, capsys: pyte
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
         left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_snip_%'").fetchone()
     assert left == (0,)
+
+
+def test_costs_runs_every_grouping_and_drops_its_database(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["costs", "--dsn", server_dsn, "--calls", "3000", "--days", "30", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for by in ("flow", "model", "reader", "day"):
+        assert re.search(rf"\| {by} \| 7d \| \d+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", out), out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_costs_%'").fetchone()
+    assert left == (0,)

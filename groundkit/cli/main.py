@@ -22,10 +22,12 @@ import groundkit
 from groundkit import maintenance
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
+from groundkit.cli import costs as costs_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
 from groundkit.cli import ingest as ingest_cli
+from groundkit.cli import runs as runs_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
 from groundkit.client import Groundkit, resolve_dsn
@@ -48,6 +50,9 @@ app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
+app.command("costs")(costs_cli.costs)
+app.command("replay")(runs_cli.replay)
+app.add_typer(runs_cli.app, name="runs")
 
 
 @app.callback()

@@ -1,7 +1,7 @@
 """Runs: what an AI flow read, pinned, so that it can be replayed (docs/runs.md).
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0018
+Revises: 0017
 Create Date: 2026-12-03
 
 - ``runs``: one row per run event (its header: flow, reader, model and prompt versions, tokens,
@@ -13,15 +13,14 @@ Create Date: 2026-12-03
   exist when the transaction commits (a deferred foreign key): a run is recorded whole or not.
 - Both append-only by trigger (sql/010_guards.sql); ``prune_runs`` is the one way out, through
   the ``runs_prune`` token in ``groundkit.locks``.
-- ``config.run_flows``: the flows a run may name.
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0018"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 
@@ -32,7 +31,7 @@ def upgrade() -> None:
 create table groundkit.runs (
     run_id uuid primary key,
     kind text not null default 'run' check (kind in ('run', 'pruned')),
-    flow text,
+    flow text references groundkit.flows (flow),  -- (revision 0017)
     reader_sub text,
     reader_tier text,                 -- as resolved when the run was recorded
     reader_status text,
@@ -78,10 +77,6 @@ alter table groundkit.locks drop constraint locks_name_check;
 alter table groundkit.locks add constraint locks_name_check
     check (name in ('pending', 'redact', 'reindex', 'tier_rank', 'runs_prune'));
 insert into groundkit.locks (name) values ('runs_prune');
-
-alter table groundkit.config
-    add column run_flows text[] not null default '{home,tutor,authoring,conversational}'
-        check (cardinality(run_flows) >= 1);
 """
     )
 
