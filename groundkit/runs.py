@@ -2,7 +2,7 @@
 
 ``with gk.run(flow=..., reader=...) as run:`` is one transaction on the client's connection.
 Each :meth:`Run.search` is one statement (``groundkit.run_search``) that searches and records
-the hits, inside a savepoint so that a failed search leaves the run usable; leaving the block
+the hits (a later one inside a savepoint, so that a failed search leaves the run usable); leaving the block
 writes the header (``groundkit.record_run``) and commits. A run that raises is recorded with its
 error class, and then the exception goes on; a client killed mid-run leaves nothing (the server
 rolls the transaction back).
@@ -10,6 +10,7 @@ rolls the transaction back).
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -17,9 +18,10 @@ from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
+import psycopg
 from psycopg.types.json import Jsonb
 
-from groundkit.errors import InvalidArgument
+from groundkit.errors import InvalidArgument, from_psycopg
 from groundkit.models import (
     MAX_K,
     MAX_QUERY_CHARS,
@@ -34,6 +36,11 @@ from groundkit.session import Session, no_nul
 
 if TYPE_CHECKING:
     from groundkit.context import AssembledContext
+
+_SEARCH = ("select * from groundkit.run_search(%(run_id)s, %(search_no)s, %(flow)s, %(reader)s, %(query)s, %(k)s,"
+           " %(content_types)s::text[], %(space_ids)s::text[], %(snippet_start)s, %(snippet_end)s)")
+_RECORD = ("select groundkit.record_run(%(run_id)s, %(flow)s, %(reader)s, %(model)s, %(prompt_version)s,"
+           " %(started_at)s, %(llm_calls)s, %(context)s, %(error_class)s)")
 
 __all__ = ["Run", "diff_runs", "list_runs", "parse_run_id", "replay"]
 
@@ -81,44 +88,85 @@ class Run:
         self._llm_calls: list[dict[str, Any]] = []
         self._context: list[dict[str, Any]] = []
         self._started_at = datetime.now(UTC)
-        self._tx: Any = None
+        self._entered = False
+        self._in_tx = False  # the run's transaction is open
+        self._begin = self._commit = ""
+        self._rollback: tuple[str, ...] = ()
 
     # -- the transaction -------------------------------------------------------------------
+    # A run's statements go out in pipelines (psycopg's pipeline mode): BEGIN with the first
+    # search, each later search between a savepoint and its release, the header with COMMIT. A
+    # run around one search then costs two round trips, not six. On a connection already in a
+    # transaction the run is a savepoint of it instead.
 
     def __enter__(self) -> Run:
-        if self._tx is not None:
+        if self._entered:
             raise InvalidArgument("a run is entered once")
-        self._tx = self._session.conn.transaction()
-        with self._session._errors():
-            self._tx.__enter__()
+        conn = self._session.conn
+        outer = not (conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+        self._begin = "savepoint gk_run" if outer else "begin"
+        self._commit = "release savepoint gk_run" if outer else "commit"
+        self._rollback = ("rollback to savepoint gk_run", "release savepoint gk_run") if outer else ("rollback",)
+        self._entered = True
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
-        tx = self._tx
         try:
-            self._record(None if exc_type is None else _error_class(exc_type))
+            self._pipeline([] if self._in_tx else [self._begin], _RECORD, self._header(exc_type), [self._commit])
         except BaseException as failed:
-            tx.__exit__(type(failed), failed, failed.__traceback__)  # roll the whole run back
+            self._abort()  # the whole run rolls back: nothing recorded
             if exc is None:
-                raise
-            return False  # the body's exception goes on; nothing was recorded
-        with self._session._errors():
-            tx.__exit__(None, None, None)  # commit
+                raise (from_psycopg(failed) if isinstance(failed, psycopg.Error) else failed) from None
+            return False  # the body's exception goes on
+        finally:
+            self._in_tx = False
         return False
 
-    def _record(self, error_class: str | None) -> None:
-        self._session._fetch(
-            "select groundkit.record_run(%(run_id)s, %(flow)s, %(reader)s, %(model)s, %(prompt_version)s,"
-            " %(started_at)s, %(llm_calls)s, %(context)s, %(error_class)s)",
-            {"run_id": self.id, "flow": self.flow, "reader": self.reader, "model": self.model,
-             "prompt_version": self.prompt_version, "started_at": self._started_at,
-             "llm_calls": Jsonb(self._llm_calls), "context": Jsonb(self._context),
-             "error_class": error_class},
-        )
+    def _header(self, exc_type: type[BaseException] | None) -> dict[str, Any]:
+        return {"run_id": self.id, "flow": self.flow, "reader": self.reader, "model": self.model,
+                "prompt_version": self.prompt_version, "started_at": self._started_at,
+                "llm_calls": Jsonb(self._llm_calls), "context": Jsonb(self._context),
+                "error_class": None if exc_type is None else _error_class(exc_type)}
+
+    def _pipeline(self, before: list[str], query: str, params: dict[str, Any],
+                  after: list[str]) -> list[dict[str, Any]]:
+        """``before``, ``query`` and ``after`` in one round trip; ``query``'s rows."""
+        conn = self._session.conn
+        if not psycopg.Pipeline.is_supported():  # (libpq < 14) one statement at a time
+            for stmt in before:
+                conn.execute(stmt)
+            cur = conn.execute(query, params)
+            rows = cur.fetchall() if cur.description else []
+            for stmt in after:
+                conn.execute(stmt)
+            return rows
+        with conn.pipeline():
+            for stmt in before:
+                conn.execute(stmt)
+            cur = conn.cursor()
+            cur.execute(query, params)
+            for stmt in after:
+                conn.execute(stmt)
+        return cur.fetchall() if cur.description else []
+
+    def _ensure_begun(self) -> None:
+        if not self._in_tx:
+            with self._session._errors():
+                self._session.conn.execute(self._begin)
+            self._in_tx = True
+
+    def _abort(self) -> None:
+        """Roll the run's transaction (or savepoint) back, if it is open."""
+        if self._session.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            return
+        with contextlib.suppress(psycopg.Error):
+            for stmt in self._rollback:
+                self._session.conn.execute(stmt)
+        self._in_tx = False
 
     def _check_open(self) -> None:
-        if self._tx is None:
+        if not self._entered:
             raise InvalidArgument("use the run as a context manager: `with gk.run(...) as run:`")
 
     # -- what a run does -------------------------------------------------------------------
@@ -140,17 +188,26 @@ class Run:
         no_nul(query=query, content_types=list(content_types or ()), space_ids=list(space_ids or ()),
                snippet_start=snippet_start, snippet_end=snippet_end)
         self._searches += 1
-        with self._session._errors(), self._session.conn.transaction():
-            rows = self._session._fetch(
-                "select * from groundkit.run_search(%(run_id)s, %(search_no)s, %(flow)s, %(reader)s,"
-                " %(query)s, %(k)s, %(content_types)s::text[], %(space_ids)s::text[],"
-                " %(snippet_start)s, %(snippet_end)s)",
-                {"run_id": self.id, "search_no": self._searches, "flow": self.flow, "reader": self.reader,
-                 "query": query, "k": k,
-                 "content_types": None if content_types is None else list(content_types),
-                 "space_ids": None if space_ids is None else list(space_ids),
-                 "snippet_start": snippet_start, "snippet_end": snippet_end},
-            )
+        first = not self._in_tx
+        params = {"run_id": self.id, "search_no": self._searches, "flow": self.flow, "reader": self.reader,
+                  "query": query, "k": k,
+                  "content_types": None if content_types is None else list(content_types),
+                  "space_ids": None if space_ids is None else list(space_ids),
+                  "snippet_start": snippet_start, "snippet_end": snippet_end}
+        try:
+            if first:
+                rows = self._pipeline([self._begin], _SEARCH, params, [])
+            else:
+                rows = self._pipeline(["savepoint gk_run_search"], _SEARCH, params, ["release savepoint gk_run_search"])
+        except psycopg.Error as exc:
+            if first:
+                self._abort()  # nothing of the run was in it yet
+            else:
+                with contextlib.suppress(psycopg.Error):
+                    self._session.conn.execute("rollback to savepoint gk_run_search")
+                    self._session.conn.execute("release savepoint gk_run_search")
+            raise from_psycopg(exc) from exc
+        self._in_tx = True
         return [SearchHit.model_validate(r) for r in rows]
 
     def context(self, hits: Sequence[SearchHit], budget_tokens: int, **options: Any) -> AssembledContext:
@@ -177,13 +234,14 @@ class Run:
             raise InvalidArgument(f"cost must be a non-negative number (got {cost!r})")
         priced = cost
         if meter:
+            self._ensure_begun()  # the call is recorded in the run's transaction
             from groundkit.metering import meter as meter_call
 
             call = meter_call(self._session.conn, flow=self.flow, model=model, kind="llm", tokens_in=tokens_in,
                               tokens_out=tokens_out, run_id=self.id, reader=self.reader)
             priced = call.cost if cost is None else cost
         self._llm_calls.append({"model": model, "tokens_in": tokens_in, "tokens_out": tokens_out,
-                                "cost": None if priced is None else str(priced)})
+                                "cost": None if priced is None else format(Decimal(str(priced)), "f")})
 
 
 # -- reading runs ------------------------------------------------------------------------

@@ -164,18 +164,23 @@ begin
                 where s.run_id = record_run.run_id and s.reader_sub is distinct from record_run.reader_sub) then
         raise exception 'run % searched as another reader', record_run.run_id using errcode = 'GK005';
     end if;
-    begin
-        select coalesce(sum((e ->> 'tokens_in')::bigint), 0), coalesce(sum((e ->> 'tokens_out')::bigint), 0),
-               sum((e ->> 'cost')::numeric), count(*) filter (where e ->> 'cost' is null),
-               bool_or((e ->> 'tokens_in')::bigint < 0 or (e ->> 'tokens_out')::bigint < 0
-                       or (e ->> 'cost')::numeric < 0)
-          into v_in, v_out, v_cost, v_unpriced, found
-          from jsonb_array_elements(coalesce(record_run.llm_calls, '[]')) e;
-    exception when invalid_text_representation or numeric_value_out_of_range then
-        raise exception 'llm_calls: tokens must be integers and cost a number' using errcode = 'GK005';
-    end;
-    if found then
-        raise exception 'llm_calls: tokens and cost must not be negative' using errcode = 'GK005';
+    -- checked without casts that could fail (an exception block would cost a subtransaction)
+    if exists (select 1 from jsonb_array_elements(coalesce(record_run.llm_calls, '[]')) e
+                where jsonb_typeof(e) <> 'object'
+                   or jsonb_typeof(e -> 'tokens_in') is distinct from 'number'
+                   or jsonb_typeof(e -> 'tokens_out') is distinct from 'number'
+                   or (e ->> 'tokens_in') !~ '^[0-9]{1,18}$' or (e ->> 'tokens_out') !~ '^[0-9]{1,18}$'
+                   or (e -> 'cost' is not null and jsonb_typeof(e -> 'cost') <> 'null'
+                       and coalesce((e ->> 'cost') !~ '^[0-9]{1,30}(\.[0-9]{1,30})?$', true))) then
+        raise exception 'llm_calls: tokens must be non-negative integers and cost a non-negative number or null'
+            using errcode = 'GK005';
+    end if;
+    select coalesce(sum((e ->> 'tokens_in')::bigint), 0), coalesce(sum((e ->> 'tokens_out')::bigint), 0),
+           sum((e ->> 'cost')::numeric), count(*) filter (where e ->> 'cost' is null)
+      into v_in, v_out, v_cost, v_unpriced
+      from jsonb_array_elements(coalesce(record_run.llm_calls, '[]')) e;
+    if exists (select 1 from groundkit.runs r where r.run_id = record_run.run_id) then
+        raise exception 'run % is already recorded', record_run.run_id using errcode = 'GK005';
     end if;
     insert into groundkit.runs (run_id, flow, reader_sub, reader_tier, reader_status, model, prompt_version,
                                 started_at, log_marker, snapshot, tokens_in, tokens_out, cost, unpriced,
@@ -189,8 +194,6 @@ begin
       left join (select x.tier, x.status from groundkit.reader_authority x
                   where x.member_sub = record_run.reader_sub limit 1) a on true;
     return record_run.run_id;
-exception when unique_violation then
-    raise exception 'run % is already recorded', record_run.run_id using errcode = 'GK005';
 end
 $$;
 

@@ -9,6 +9,7 @@
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
     snippets      the cost of search's snippets: groundkit.search with and without them
+    runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
@@ -26,6 +27,7 @@ from evals.bench import (
     ingest,
     ingest_dir,
     profile,
+    runs,
     search,
     sidechannel,
     snippets,
@@ -43,6 +45,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "sidechannel": sidechannel.main,
     "snippets": snippets.main,
     "costs": costs.main,
+    "runs": runs.main,
 }
 
 
