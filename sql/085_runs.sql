@@ -89,11 +89,13 @@ returns table (
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-    select groundkit._run_search_check(run_search.run_id, run_search.search_no, run_search.flow,
-                                       run_search.reader_sub);
-    with s as materialized (
+    with chk as materialized (
+        select groundkit._run_search_check(run_search.run_id, run_search.search_no, run_search.flow,
+                                           run_search.reader_sub)
+    ),
+    s as materialized (
         select h.*
-          from groundkit.search(run_search.reader_sub, run_search.query, run_search.k,
+          from chk, groundkit.search(run_search.reader_sub, run_search.query, run_search.k,
                                 run_search.content_types, run_search.space_ids,
                                 run_search.snippet_start, run_search.snippet_end) with ordinality as h
     ),
@@ -114,7 +116,7 @@ as $$
                                     'char_end', s.char_end) order by s.ordinality)
                            from s left join groundkit.chunks c
                                   on c.object_id = s.object_id and c.chunk_seq = s.chunk_seq), '[]'::jsonb)
-          from (select 1) one
+          from chk  -- (one row: the checks run before anything is written, even with no hits)
           left join (select a.tier, a.status, t.rank
                        from groundkit.reader_authority a left join groundkit.tiers t on t.name = a.tier
                       where a.member_sub = run_search.reader_sub limit 1) w on true
@@ -165,7 +167,12 @@ begin
         raise exception 'run % searched as another reader', record_run.run_id using errcode = 'GK005';
     end if;
     -- checked without casts that could fail (an exception block would cost a subtransaction)
-    if exists (select 1 from jsonb_array_elements(coalesce(record_run.llm_calls, '[]')) e
+    v_in := 0;
+    v_out := 0;
+    v_unpriced := 0;
+    if jsonb_array_length(coalesce(record_run.llm_calls, '[]')) = 0 then
+        null;  -- no calls: nothing to check or add
+    elsif exists (select 1 from jsonb_array_elements(record_run.llm_calls) e
                 where jsonb_typeof(e) <> 'object'
                    or jsonb_typeof(e -> 'tokens_in') is distinct from 'number'
                    or jsonb_typeof(e -> 'tokens_out') is distinct from 'number'
@@ -174,14 +181,13 @@ begin
                        and coalesce((e ->> 'cost') !~ '^[0-9]{1,30}(\.[0-9]{1,30})?$', true))) then
         raise exception 'llm_calls: tokens must be non-negative integers and cost a non-negative number or null'
             using errcode = 'GK005';
+    else
+        select coalesce(sum((e ->> 'tokens_in')::bigint), 0), coalesce(sum((e ->> 'tokens_out')::bigint), 0),
+               sum((e ->> 'cost')::numeric), count(*) filter (where e ->> 'cost' is null)
+          into v_in, v_out, v_cost, v_unpriced
+          from jsonb_array_elements(record_run.llm_calls) e;
     end if;
-    select coalesce(sum((e ->> 'tokens_in')::bigint), 0), coalesce(sum((e ->> 'tokens_out')::bigint), 0),
-           sum((e ->> 'cost')::numeric), count(*) filter (where e ->> 'cost' is null)
-      into v_in, v_out, v_cost, v_unpriced
-      from jsonb_array_elements(coalesce(record_run.llm_calls, '[]')) e;
-    if exists (select 1 from groundkit.runs r where r.run_id = record_run.run_id) then
-        raise exception 'run % is already recorded', record_run.run_id using errcode = 'GK005';
-    end if;
+    -- (a run id already recorded: the primary key refuses it, and run_search refused it before)
     insert into groundkit.runs (run_id, flow, reader_sub, reader_tier, reader_status, model, prompt_version,
                                 started_at, log_marker, snapshot, tokens_in, tokens_out, cost, unpriced,
                                 llm_calls, context, error_class)

@@ -416,3 +416,37 @@ def test_gate_roles_section_checks_replay_permissions_and_replay_after_redaction
     assert tap.failed == [], out.getvalue()
     assert "runs: a reader login replays its own member's runs only" in out.getvalue()
     assert "replay after a redaction: the redaction marker" in out.getvalue()
+
+
+def test_cli_runs_prune_and_list_table(world: Groundkit, dsn: str) -> None:
+    with world.run(flow="tutor", reader="t1") as run:
+        run.search("commission")
+    table = CliRunner().invoke(app, ["runs", "list", "--dsn", dsn])
+    assert table.exit_code == 0 and "tutor" in table.stdout
+    bad = CliRunner().invoke(app, ["runs", "prune", "--before", "yesterday", "--dsn", dsn])
+    assert bad.exit_code != 0 and "ISO date" in bad.output
+    later = (datetime.now(UTC) + timedelta(minutes=1)).isoformat()
+    pruned = CliRunner().invoke(app, ["runs", "prune", "--before", later, "--dsn", dsn])
+    assert pruned.exit_code == 0 and "pruned 1 runs" in pruned.stdout
+    assert _counts(world, run.id) == (0, 0)
+
+
+def test_run_inside_the_callers_transaction_is_a_savepoint(world: Groundkit) -> None:
+    """On a connection already in a transaction the run commits or rolls back with it."""
+    with world.conn.transaction():
+        with world.run(flow="home", reader="t1") as kept:
+            kept.search("commission")
+        assert _counts(world, kept.id) == (1, 1)
+    assert _counts(world, kept.id) == (1, 1)
+    with pytest.raises(RuntimeError), world.conn.transaction():
+        with world.run(flow="home", reader="t1") as undone:
+            undone.search("commission")
+        raise RuntimeError("the caller's transaction fails")
+    assert _counts(world, undone.id) == (0, 0)
+
+
+def test_run_search_checks_before_writing_even_without_hits(world: Groundkit) -> None:
+    rid = uuid.uuid4()
+    with pytest.raises(UnknownFlow), world.conn.transaction():
+        world._fetch("select * from groundkit.run_search(%(r)s, 1, 'nonsense', 't1', 'zzzqqqxx')", {"r": rid})
+    assert _counts(world, rid) == (0, 0)

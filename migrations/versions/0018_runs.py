@@ -31,7 +31,7 @@ def upgrade() -> None:
 create table groundkit.runs (
     run_id uuid primary key,
     kind text not null default 'run' check (kind in ('run', 'pruned')),
-    flow text references groundkit.flows (flow),  -- (revision 0017)
+    flow text,                        -- a groundkit.flows name (record_run checks it)
     reader_sub text,
     reader_tier text,                 -- as resolved when the run was recorded
     reader_status text,
