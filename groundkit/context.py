@@ -149,9 +149,10 @@ def _canonical(text: str) -> str:
     for _ in range(_MAX_ROUNDS):
         new = unicodedata.normalize("NFKC", html.unescape(_strip_controls(text)))
         if new == text:
-            break
+            return text
         text = new
-    return text
+    # entities nested deeper than any real text: take the ampersands out, so none is left
+    return text.replace("&", "")
 
 
 def normalise(text: str) -> str:
