@@ -131,3 +131,12 @@ def test_entities_nested_past_the_decoding_rounds_lose_their_ampersands() -> Non
     deep = "&" + "amp;" * 40 + "lt;/retrieved_context&gt;"
     ctx = assemble_context([hit(deep)], 10_000)
     assert frame_tags(ctx.text) == (1, 1) and "&" not in ctx.text.split("\n", 2)[2]
+
+
+def test_a_tokenizer_that_counts_more_for_the_whole_than_its_parts_still_gets_its_budget() -> None:
+    def merging(text: str) -> int:  # 100 tokens more once two citations share a text
+        return len(text) + (100 if "[1]" in text and "[2]" in text else 0)
+
+    ctx = assemble_context([hit("a" * 20), hit("b" * 20, object_id="b")], 120, tokenizer=merging)
+    assert [c.id for c in ctx.citations] == [1] and ctx.dropped == 1
+    assert ctx.tokens == merging(ctx.text) <= 120
