@@ -1,7 +1,7 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
 from groundkit.client import Groundkit, connect, resolve_dsn
-from groundkit.context import AssembledContext, Citation, assemble_context
+from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
     ConfigError,
     ContextBudgetTooSmall,
@@ -38,10 +38,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AssembledContext",
-    "Citation",
     "ConfigError",
     "ContentObject",
     "ContextBudgetTooSmall",
+    "ContextCitation",
     "DatabaseUnavailable",
     "Due",
     "Groundkit",

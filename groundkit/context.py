@@ -27,8 +27,8 @@ __all__ = [
     "FRAME_CLOSE",
     "FRAME_OPEN",
     "AssembledContext",
-    "Citation",
     "ContextBudgetTooSmall",
+    "ContextCitation",
     "TokenCounter",
     "assemble_context",
     "citation_ids",
@@ -45,9 +45,9 @@ FRAME_CLOSE = "</retrieved_context>"
 TokenCounter = Callable[[str], int]
 
 
-class Citation(BaseModel):
-    """What the citation id ``[id]`` in the context text points at. The offsets are the hit's
-    own (``None`` where the search hit model does not carry them)."""
+class ContextCitation(BaseModel):
+    """What the citation id ``[id]`` in the context text points at. The offsets and the chunker
+    are the hit's own (``None`` where the search hit does not carry them)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -59,6 +59,7 @@ class Citation(BaseModel):
     char_end: int | None = None
     start_ms: int | None = None
     end_ms: int | None = None
+    chunker: str | None = None  # the chunker version that made the chunk, where the hit says
 
     @property
     def label(self) -> str:
@@ -72,7 +73,7 @@ class AssembledContext(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str
-    citations: tuple[Citation, ...]
+    citations: tuple[ContextCitation, ...]
     tokens: int = Field(ge=0)
     dropped: int = Field(ge=0)
 
@@ -208,10 +209,10 @@ _SQUARE_BRACKETS = str.maketrans({"[": "(", "]": ")"})
 # --- assembly ---------------------------------------------------------------------------------
 
 
-def _citation(n: int, hit: SearchHit) -> Citation:
+def _citation(n: int, hit: SearchHit) -> ContextCitation:
     # Offsets come from whichever of these the search hit model carries.
-    fields = hit.model_dump(include={"char_start", "char_end", "start_ms", "end_ms"})
-    return Citation(id=n, object_id=hit.object_id, object_version=hit.object_version,
+    fields = hit.model_dump(include={"char_start", "char_end", "start_ms", "end_ms", "chunker"})
+    return ContextCitation(id=n, object_id=hit.object_id, object_version=hit.object_version,
                     chunk_seq=hit.chunk_seq, **fields)
 
 
@@ -245,7 +246,7 @@ def assemble_context(
         raise InvalidArgument(f"budget_tokens must be a positive integer, got {budget_tokens!r}")
     count = _counter(tokenizer)
     blocks: list[str] = []
-    citations: list[Citation] = []
+    citations: list[ContextCitation] = []
     dropped = 0
     # Counted block by block (linear, not a recount of the whole text per hit); the whole text
     # is counted once at the end, and a tokenizer that merges across a block boundary and so

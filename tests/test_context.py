@@ -11,6 +11,7 @@ from groundkit.context import (
     FRAME_CLOSE,
     FRAME_OPEN,
     ContextBudgetTooSmall,
+    ContextCitation,
     assemble_context,
     citation_ids,
     estimate_tokens,
@@ -140,3 +141,10 @@ def test_a_tokenizer_that_counts_more_for_the_whole_than_its_parts_still_gets_it
     ctx = assemble_context([hit("a" * 20), hit("b" * 20, object_id="b")], 120, tokenizer=merging)
     assert [c.id for c in ctx.citations] == [1] and ctx.dropped == 1
     assert ctx.tokens == merging(ctx.text) <= 120
+
+
+def test_citations_carry_every_offset_field_the_hit_model_has() -> None:
+    wanted = {"char_start", "char_end", "start_ms", "end_ms", "chunker"}
+    present = wanted & set(SearchHit.model_fields)
+    assert present <= set(ContextCitation.model_fields)
+    assert {"start_ms", "end_ms"} <= present
