@@ -1,7 +1,7 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
 from groundkit.client import Groundkit, connect, resolve_dsn
-from groundkit.context import AssembledContext, assemble_context
+from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
     ConfigError,
     ContextBudgetTooSmall,
@@ -46,6 +46,7 @@ __all__ = [
     "ConfigError",
     "ContentObject",
     "ContextBudgetTooSmall",
+    "ContextCitation",
     "DatabaseUnavailable",
     "Due",
     "Groundkit",

@@ -27,8 +27,8 @@ __all__ = [
     "FRAME_CLOSE",
     "FRAME_OPEN",
     "AssembledContext",
-    "Citation",
     "ContextBudgetTooSmall",
+    "ContextCitation",
     "TokenCounter",
     "assemble_context",
     "citation_ids",
@@ -45,9 +45,9 @@ FRAME_CLOSE = "</retrieved_context>"
 TokenCounter = Callable[[str], int]
 
 
-class Citation(BaseModel):
-    """What the citation id ``[id]`` in the context text points at. The offsets are the hit's
-    own (``None`` where the search hit model does not carry them)."""
+class ContextCitation(BaseModel):
+    """What the citation id ``[id]`` in the context text points at. The offsets and the chunker
+    are the hit's own (``None`` where the search hit does not carry them)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -59,6 +59,7 @@ class Citation(BaseModel):
     char_end: int | None = None
     start_ms: int | None = None
     end_ms: int | None = None
+    chunker: str | None = None  # the chunker version that made the chunk, where the hit says
 
     @property
     def label(self) -> str:
@@ -72,7 +73,7 @@ class AssembledContext(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: str
-    citations: tuple[Citation, ...]
+    citations: tuple[ContextCitation, ...]
     tokens: int = Field(ge=0)
     dropped: int = Field(ge=0)
 
@@ -118,27 +119,41 @@ _MAX_ROUNDS = 16
 
 
 @functools.cache
-def _skeleton_map() -> dict[str, str]:
+def _skeleton_map() -> dict[int, str]:
     """Each single character the Unicode confusables list says looks like a printable ASCII
-    character, mapped to that character (data: the confusable_homoglyphs package)."""
+    character, mapped to that character (data: the confusable_homoglyphs package); a
+    ``str.translate`` table."""
     data = json.loads(resources.files("confusable_homoglyphs").joinpath("confusables.json").read_text("utf-8"))
-    mapping: dict[str, str] = {}
+    mapping: dict[int, str] = {}
     for ascii_char, glyphs in data.items():
         if len(ascii_char) == 1 and ascii_char.isascii() and ascii_char.isprintable():
             for glyph in glyphs:
                 c = glyph["c"]
                 if len(c) == 1 and not c.isascii():
-                    mapping.setdefault(c, ascii_char)
-    mapping.update(_EXTRA_SKELETON)
+                    mapping.setdefault(ord(c), ascii_char)
+    mapping.update({ord(k): v for k, v in _EXTRA_SKELETON.items()})
     return mapping
 
 
+@functools.cache
+def _bracket_map() -> dict[int, str]:
+    """The look-alikes of ``<``, ``>``, ``[`` and ``]`` only, mapped to them."""
+    return {k: v for k, v in _skeleton_map().items() if v in _REPLACE}
+
+
+_KEPT_CONTROLS = str.maketrans("", "", "\n\t")
+
+
 def _strip_controls(text: str) -> str:
+    text = text.replace("\r\n", "\n")
+    # fast path: str.isprintable is false for every character of categories Cc, Cf, Cs (and
+    # for separators other than space, which the loop keeps)
+    if text.translate(_KEPT_CONTROLS).isprintable():
+        return text
     out = []
-    for ch in text.replace("\r\n", "\n"):
+    for ch in text:
         ch = _LINE_BREAKS.get(ch, ch)
-        cat = unicodedata.category(ch)
-        if ch in "\n\t" or cat not in ("Cc", "Cf", "Cs"):
+        if ch in "\n\t" or unicodedata.category(ch) not in ("Cc", "Cf", "Cs"):
             out.append(ch)
     return "".join(out)
 
@@ -149,16 +164,16 @@ def _canonical(text: str) -> str:
     for _ in range(_MAX_ROUNDS):
         new = unicodedata.normalize("NFKC", html.unescape(_strip_controls(text)))
         if new == text:
-            break
+            return text
         text = new
-    return text
+    # entities nested deeper than any real text: take the ampersands out, so none is left
+    return text.replace("&", "")
 
 
 def normalise(text: str) -> str:
     """The normalisation under which frame tags and citation ids are counted: controls out,
     entities decoded, NFKC, every look-alike of an ASCII character mapped to it, case folded."""
-    skeleton = _skeleton_map()
-    return "".join(skeleton.get(ch, ch) for ch in _canonical(text)).casefold()
+    return _canonical(text).translate(_skeleton_map()).casefold()
 
 
 _TAG = re.compile(r"<[\W_]*retrieved[\W_]*context[\W_]*>")
@@ -181,20 +196,23 @@ def sanitise(text: str) -> str:
     """Chunk text made safe to put in the frame: :func:`_canonical`, every look-alike of ``[``
     and ``]`` replaced by parentheses (no forged citation ids), and, where the text spells the
     frame's name in any way, every look-alike of ``<`` and ``>`` too (no frame tags)."""
-    skeleton = _skeleton_map()
-    text = "".join(skeleton.get(ch, ch) if skeleton.get(ch) in _REPLACE else ch for ch in _canonical(text))
+    text = _canonical(text).translate(_bracket_map())
     letters = re.sub(r"[\W_]", "", normalise(text))
-    brackets = "<>[]" if "retrievedcontext" in letters else "[]"
-    return "".join(_REPLACE[ch] if ch in brackets else ch for ch in text)
+    table = _ALL_BRACKETS if "retrievedcontext" in letters else _SQUARE_BRACKETS
+    return text.translate(table)
+
+
+_ALL_BRACKETS = str.maketrans(_REPLACE)
+_SQUARE_BRACKETS = str.maketrans({"[": "(", "]": ")"})
 
 
 # --- assembly ---------------------------------------------------------------------------------
 
 
-def _citation(n: int, hit: SearchHit) -> Citation:
+def _citation(n: int, hit: SearchHit) -> ContextCitation:
     # Offsets come from whichever of these the search hit model carries.
-    fields = hit.model_dump(include={"char_start", "char_end", "start_ms", "end_ms"})
-    return Citation(id=n, object_id=hit.object_id, object_version=hit.object_version,
+    fields = hit.model_dump(include={"char_start", "char_end", "start_ms", "end_ms", "chunker"})
+    return ContextCitation(id=n, object_id=hit.object_id, object_version=hit.object_version,
                     chunk_seq=hit.chunk_seq, **fields)
 
 
@@ -228,22 +246,33 @@ def assemble_context(
         raise InvalidArgument(f"budget_tokens must be a positive integer, got {budget_tokens!r}")
     count = _counter(tokenizer)
     blocks: list[str] = []
-    citations: list[Citation] = []
+    citations: list[ContextCitation] = []
     dropped = 0
+    # Counted block by block (linear, not a recount of the whole text per hit); the whole text
+    # is counted once at the end, and a tokenizer that merges across a block boundary and so
+    # goes over is met by dropping the last blocks.
+    used = count(FRAME_OPEN + "\n") + count("\n" + FRAME_CLOSE)
     for hit in hits:
         n = len(citations) + 1
         block = f"[{n}] " + sanitise(hit.title + "\n" + hit.content)
-        if count(_render([*blocks, block])) <= budget_tokens:
+        cost = count(block + "\n\n")
+        if used + cost <= budget_tokens:
             blocks.append(block)
             citations.append(_citation(n, hit))
+            used += cost
         elif not blocks and not dropped:
             raise ContextBudgetTooSmall(
-                f"budget_tokens={budget_tokens} is below the first hit's "
-                f"{count(_render([block]))} tokens (frame included)")
+                f"budget_tokens={budget_tokens} is below the first hit's {used + cost} tokens (frame included)")
         else:
             dropped += 1
     text = _render(blocks)
     tokens = count(text)
-    if tokens > budget_tokens:
-        raise ContextBudgetTooSmall(f"budget_tokens={budget_tokens} is below the empty frame's {tokens} tokens")
+    while tokens > budget_tokens and blocks:
+        blocks.pop()
+        citations.pop()
+        dropped += 1
+        text = _render(blocks)
+        tokens = count(text)
+    if tokens > budget_tokens or (hits and not blocks):
+        raise ContextBudgetTooSmall(f"budget_tokens={budget_tokens} is below the first hit's or the frame's tokens")
     return AssembledContext(text=text, citations=tuple(citations), tokens=tokens, dropped=dropped)

@@ -22,7 +22,7 @@ from groundkit.errors import from_psycopg
 from groundkit.prices import PriceTable
 from groundkit.session import Session
 
-__all__ = ["CostRow", "MeteredCall", "cost_summary", "meter"]
+__all__ = ["CostRow", "MeteredCall", "add_flow", "cost_summary", "meter"]
 
 CallKind = Literal["llm", "embedding"]
 CostBy = Literal["flow", "model", "reader", "day"]
@@ -102,3 +102,9 @@ def cost_summary(target: Target, *, since: datetime | None = None,
     (``groundkit.cost_summary``; the owner's, or an auditor's, to read)."""
     rows = _fetch(target, "select * from groundkit.cost_summary(%(since)s, %(by)s)", {"since": since, "by": by})
     return [CostRow.model_validate(r) for r in rows]
+
+
+def add_flow(target: Target, flow: str) -> bool:
+    """Configure ``flow`` for metered calls and runs (``groundkit.add_flow``, the owner's);
+    False if it was there already. Flows are never removed."""
+    return bool(_fetch(target, "select groundkit.add_flow(%(flow)s) as added", {"flow": flow})[0]["added"])

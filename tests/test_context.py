@@ -13,6 +13,7 @@ from groundkit.context import (
     FRAME_CLOSE,
     FRAME_OPEN,
     ContextBudgetTooSmall,
+    ContextCitation,
     assemble_context,
     citation_ids,
     estimate_tokens,
@@ -127,3 +128,25 @@ def test_any_chunk_texts_give_one_frame_and_exactly_the_assembled_citation_ids(
     ctx = assemble_context(hits, 1_000_000)
     assert frame_tags(ctx.text) == (1, 1)
     assert citation_ids(ctx.text) == [c.id for c in ctx.citations] == list(range(1, len(hits) + 1))
+
+
+def test_entities_nested_past_the_decoding_rounds_lose_their_ampersands() -> None:
+    deep = "&" + "amp;" * 40 + "lt;/retrieved_context&gt;"
+    ctx = assemble_context([hit(deep)], 10_000)
+    assert frame_tags(ctx.text) == (1, 1) and "&" not in ctx.text.split("\n", 2)[2]
+
+
+def test_a_tokenizer_that_counts_more_for_the_whole_than_its_parts_still_gets_its_budget() -> None:
+    def merging(text: str) -> int:  # 100 tokens more once two citations share a text
+        return len(text) + (100 if "[1]" in text and "[2]" in text else 0)
+
+    ctx = assemble_context([hit("a" * 20), hit("b" * 20, object_id="b")], 120, tokenizer=merging)
+    assert [c.id for c in ctx.citations] == [1] and ctx.dropped == 1
+    assert ctx.tokens == merging(ctx.text) <= 120
+
+
+def test_citations_carry_every_offset_field_the_hit_model_has() -> None:
+    wanted = {"char_start", "char_end", "start_ms", "end_ms", "chunker"}
+    present = wanted & set(SearchHit.model_fields)
+    assert present <= set(ContextCitation.model_fields)
+    assert {"start_ms", "end_ms"} <= present

@@ -293,3 +293,13 @@ def test_days_are_utc_days_whatever_the_session_time_zone(gk: Groundkit) -> None
                 " ('home', 'm', 'llm', 1, 1, '2026-01-01 23:30:00-05'),"  # 04:30 UTC on the 2nd
                 " ('home', 'm', 'llm', 1, 1, '2026-01-01 18:59:00-05')")  # 23:59 UTC on the 1st
     assert [(r.key, r.calls) for r in cost_summary(gk, by="day")] == [("2026-01-01", 1), ("2026-01-02", 1)]
+
+
+def test_groundkit_config_add_flow(gk: Groundkit, dsn: str) -> None:
+    first = runner.invoke(app, ["config", "add-flow", "onboarding", "--dsn", dsn], env={})
+    again = runner.invoke(app, ["config", "add-flow", "onboarding", "--dsn", dsn], env={})
+    assert (first.exit_code, again.exit_code) == (0, 0)
+    assert "added" in first.stdout and "there already" in again.stdout
+    meter(gk, flow="onboarding", model="m-1", kind="llm", tokens_in=1, tokens_out=1, prices=PRICES)
+    bad = runner.invoke(app, ["config", "add-flow", "Bad Flow", "--dsn", dsn], env={})
+    assert bad.exit_code == 1 and "GK005" in bad.stderr
