@@ -10,14 +10,14 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from groundkit.admin import Admin
 from groundkit.config import Settings
-from groundkit.errors import DatabaseUnavailable, InvalidArgument, UnknownContentType, scrub
+from groundkit.dsn import connect as dsn_connect
+from groundkit.errors import InvalidArgument, UnknownContentType
 from groundkit.maintenance import REINDEX_DRIFT, REINDEX_STEP_POSTINGS
 from groundkit.models import (
     CONTENT_TYPES,
@@ -55,17 +55,9 @@ def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str
 
 def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
     """Open a psycopg connection. Connection errors never carry the password, not even in
-    ``__cause__`` or ``__context__``."""
-    target = resolve_dsn(dsn)
-    try:
-        conn: Connection = psycopg.connect(target, autocommit=autocommit, row_factory=dict_row)
-    except psycopg.Error as exc:
-        message = scrub(str(exc).strip())
-    else:
-        return conn
-    # Raised outside the handler: psycopg's error keeps the failed connection, password
-    # included, in ``exc.pgconn``, and ``from None`` would still leave it in ``__context__``.
-    raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}")
+    ``__cause__`` or ``__context__`` (:func:`groundkit.dsn.connect`)."""
+    conn: Connection = dsn_connect(resolve_dsn(dsn), autocommit=autocommit, row_factory=dict_row)
+    return conn
 
 
 def _check_markers(snippet_start: object, snippet_end: object) -> None:
