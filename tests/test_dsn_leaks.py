@@ -69,6 +69,8 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "eval quality": [["--dataset", str(_dataset(tmp / "tiny")), "--arm", "groundkit"]],
         "eval gate": [[]],
         "config set-bm25": [["1.2", "0.5"]],
+        "config set-chunk-sizes": [["document", "--chars", "1200"]],
+        "cite": [["o1", "1", "0", "--as", "m1"]],
     }
 
 
