@@ -3,16 +3,40 @@
 -- Both modes apply the one permission predicate, groundkit._visible_object (sql/059_visible.sql),
 -- inside their own query, to the reader as groundkit._reader resolves it at that statement: a
 -- downgrade, a board made private or a delete removes an object from the next call on.
--- Engagement is counted per object and UTC day (groundkit.engagement_daily, revision 0013).
+--
+-- Engagement (revision 0013) is counted per object and UTC day (engagement_daily), and each
+-- object's score over the window of "top" is kept apart (engagement_window, with the first day it
+-- counts from in engagement_window_since): "top" walks it best first and stops after k visible
+-- objects, whatever the number of objects engaged with. record_engagement keeps it, and moves the
+-- window when the day or config.home_top_days changed; until it does, "top" sums the window's
+-- days itself (slower, as exact).
 
--- What one day's counts of an object weigh in "top": a view 1, a click 2, a reaction 3, a minute
--- of dwell 1 (record_engagement counts at most ten minutes of dwell per event). Inlined.
-create or replace function groundkit._engagement_score(
-    views bigint, clicks bigint, reactions bigint, dwell_ms bigint)
-returns double precision
+-- What one event scores: a view 1, a click 2, a reaction 3, 30 s of dwell 1 (ten minutes at most
+-- count). Integers, so that the window's sums stay exact when days leave it.
+create or replace function groundkit._event_score(kind text, value bigint)
+returns bigint
 language sql immutable parallel safe
 as $$
-    select (views + 2 * clicks + 3 * reactions)::double precision + dwell_ms / 60000.0::double precision
+    select case kind when 'view' then 1 when 'click' then 2 when 'reaction' then 3
+                     else least(value, 600000) / 30000 end
+$$;
+
+-- The first day of the window of "top" today: the last config.home_top_days UTC days.
+create or replace function groundkit._home_since()
+returns date
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select (now() at time zone 'UTC')::date - c.home_top_days + 1 from groundkit.config c
+$$;
+
+-- Writers of engagement hold this key shared; moving the window holds it exclusively.
+create or replace function groundkit._engagement_lock_key()
+returns bigint
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select hashtextextended('groundkit.engagement_window', 0)
 $$;
 
 -- The argument checks of groundkit.home.
@@ -89,21 +113,41 @@ begin
 end
 $$;
 
--- Whether the object has a positive engagement score since p_since. Inlined.
+-- Whether the object scored since p_since. Inlined.
 create or replace function groundkit._engaged_since(p_object_id text, p_since date)
 returns boolean
 language sql stable
 as $$
     select exists (select 1 from groundkit.engagement_daily e
                     where e.object_id = p_object_id and e.day >= p_since
-                      and groundkit._engagement_score(e.views, e.clicks, e.reactions, e.dwell_ms) > 0)
+                      and e.score > 0)
 $$;
 
--- "Top this week": the k visible objects with the highest engagement score over the window (the
--- last config.home_top_days UTC days, today included), ties by recency. Every object's score is
--- summed over the window, then the predicate is checked best first until k pass (their lowest
--- score is the threshold), then the visible objects at or above it are put in the final order.
+-- "Top this week": the k visible objects with the highest score over the window, ties by
+-- recency. engagement_window read by its index best first, the predicate joined per object, an
+-- incremental sort by recency within equal scores: it stops once k visible objects are out.
 create or replace function groundkit._home_top(
+    p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer)
+returns table (object_id text, version bigint, content_type text, space_id text, title text,
+               metadata jsonb, updated_at timestamptz, score double precision)
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select v.object_id, v.version, v.content_type, v.space_id, v.title, v.metadata, l.logged_at,
+           w.score::double precision
+      from groundkit.engagement_window w
+     cross join lateral groundkit._visible_object(w.object_id, p_rank, p_member, p_content_types, p_space_ids) v
+      join groundkit.content_log l on l.seq = v.log_seq
+     where w.score > 0
+     order by w.score desc, v.log_seq desc
+     limit p_k
+$$;
+
+-- "Top this week" summed from the days since p_since, when engagement_window is not at that window
+-- yet: every object's score is summed, then the predicate is checked best first until k pass
+-- (their lowest score is the threshold), then the visible objects at or above it are put in the
+-- final order.
+create or replace function groundkit._home_top_summed(
     p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer,
     p_since date)
 returns table (object_id text, version bigint, content_type text, space_id text, title text,
@@ -112,7 +156,7 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     with scored as materialized (
-        select e.object_id, sum(groundkit._engagement_score(e.views, e.clicks, e.reactions, e.dwell_ms)) as score
+        select e.object_id, sum(e.score) as score
           from groundkit.engagement_daily e
          where e.day >= p_since
          group by e.object_id
@@ -127,7 +171,7 @@ as $$
     theta as materialized (
         select case when count(*) < p_k then 0 else min(t.score) end as t from top t
     )
-    select v.object_id, v.version, v.content_type, v.space_id, v.title, v.metadata, l.logged_at, s.score
+    select v.object_id, v.version, v.content_type, v.space_id, v.title, v.metadata, l.logged_at, s.score::double precision
       from scored s
      cross join theta
      cross join lateral groundkit._visible_object(s.object_id, p_rank, p_member, p_content_types, p_space_ids) v
@@ -171,9 +215,14 @@ begin
                                                           home.space_ids, home.k, null);
         return;
     end if;
-    select (now() at time zone 'UTC')::date - c.home_top_days + 1 into v_since from groundkit.config c;
-    return query select * from groundkit._home_top(v_rank, v_member, home.content_types,
-                                                   home.space_ids, home.k, v_since);
+    v_since := groundkit._home_since();
+    if (select s.since from groundkit.engagement_window_since s) = v_since then
+        return query select * from groundkit._home_top(v_rank, v_member, home.content_types,
+                                                       home.space_ids, home.k);
+    else
+        return query select * from groundkit._home_top_summed(v_rank, v_member, home.content_types,
+                                                              home.space_ids, home.k, v_since);
+    end if;
     get diagnostics n = row_count;
     if n < home.k then
         return query select * from groundkit._home_latest(v_rank, v_member, home.content_types,
@@ -182,11 +231,41 @@ begin
 end
 $$;
 
+-- Move engagement_window to the window that starts at p_since: the days that left it are taken
+-- off, the days that joined it (a longer config.home_top_days) added. The caller holds the
+-- engagement lock exclusively, so no event is being counted meanwhile.
+create or replace function groundkit._engagement_move_window(p_since date)
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    old date;
+begin
+    select s.since into old from groundkit.engagement_window_since s for update;
+    if old = p_since then
+        return;
+    elsif old < p_since then
+        update groundkit.engagement_window w set score = w.score - d.score
+          from (select e.object_id, sum(e.score) as score from groundkit.engagement_daily e
+                 where e.day >= old and e.day < p_since group by e.object_id) d
+         where w.object_id = d.object_id;
+        delete from groundkit.engagement_window w where w.score = 0;
+    else
+        insert into groundkit.engagement_window as w (object_id, score)
+        select e.object_id, sum(e.score) from groundkit.engagement_daily e
+         where e.day >= p_since and e.day < old group by e.object_id having sum(e.score) > 0
+        on conflict on constraint engagement_window_pkey do update set score = w.score + excluded.score;
+    end if;
+    update groundkit.engagement_window_since set since = p_since;
+end
+$$;
+
 -- One engagement event of a member with an object: kind 'view', 'click', 'reaction' (value
--- null) or 'dwell_ms' (value: the milliseconds, at most a day; ten minutes at most count). at is
--- when it happened (not more than five minutes ahead of the server's clock). An object the member
--- may not see right now, or that is not live, or a member who is not exactly one active member,
--- raises GK009 exactly as an object that never existed does, and counts nothing.
+-- null) or 'dwell_ms' (value: the milliseconds, at most a day). at is when it happened (not more
+-- than five minutes ahead of the server's clock). An object the member may not see right now, or
+-- that is not live, or a member who is not exactly one active member, raises GK009 exactly as an
+-- object that never existed does, and counts nothing.
 create or replace function groundkit.record_engagement(
     object_id text,
     member_sub text,
@@ -199,6 +278,8 @@ set search_path = pg_catalog, pg_temp
 as $$
 declare
     v_day date;
+    v_score bigint;
+    v_since date;
 begin
     perform groundkit._check_id('object_id', record_engagement.object_id);
     if kind is null or kind not in ('view', 'click', 'reaction', 'dwell_ms') then
@@ -223,12 +304,31 @@ begin
             using errcode = 'GK009';
     end if;
     v_day := (record_engagement.at at time zone 'UTC')::date;
-    insert into groundkit.engagement_daily as e (object_id, day, views, clicks, reactions, dwell_ms)
+    v_score := groundkit._event_score(kind, value);
+
+    -- The window moves at the first event of a day (or after home_top_days changed): exclusively,
+    -- so that it sees every event counted before it and none is counted while it runs.
+    v_since := groundkit._home_since();
+    if (select s.since from groundkit.engagement_window_since s) <> v_since then
+        perform pg_advisory_xact_lock(groundkit._engagement_lock_key());
+        perform groundkit._engagement_move_window(v_since);
+    else
+        perform pg_advisory_xact_lock_shared(groundkit._engagement_lock_key());
+    end if;
+
+    insert into groundkit.engagement_daily as e (object_id, day, views, clicks, reactions, dwell_ms, score)
     values (record_engagement.object_id, v_day,
             (kind = 'view')::integer, (kind = 'click')::integer, (kind = 'reaction')::integer,
-            case when kind = 'dwell_ms' then least(value, 600000) else 0 end)
+            case when kind = 'dwell_ms' then value else 0 end, v_score)
     on conflict on constraint engagement_daily_pkey do update
         set views = e.views + excluded.views, clicks = e.clicks + excluded.clicks,
-            reactions = e.reactions + excluded.reactions, dwell_ms = e.dwell_ms + excluded.dwell_ms;
+            reactions = e.reactions + excluded.reactions, dwell_ms = e.dwell_ms + excluded.dwell_ms,
+            score = e.score + excluded.score;
+    -- (since is read again: under the lock, no one moves it before this transaction ends)
+    if v_score > 0 and v_day >= (select s.since from groundkit.engagement_window_since s) then
+        insert into groundkit.engagement_window as w (object_id, score)
+        values (record_engagement.object_id, v_score)
+        on conflict on constraint engagement_window_pkey do update set score = w.score + excluded.score;
+    end if;
 end
 $$;

@@ -3,6 +3,7 @@ PostgreSQL, through the Python client and through SQL."""
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ import psycopg
 import pytest
 
 from groundkit import Groundkit, InvalidArgument, UnknownContentType, UnknownObject
+from groundkit.models import EngagementKind
 
 Raw = psycopg.Connection[tuple[Any, ...]]
 
@@ -95,14 +97,15 @@ def test_a_retier_downgrade_of_the_object_removes_it(world: Groundkit) -> None:
 
 def test_top_ranks_by_engagement_and_ties_by_recency(world: Groundkit) -> None:
     for _ in range(3):
-        world.record_engagement("pub", "t1", "view")  # 3
-    world.record_engagement("t1post", "t1", "reaction")  # 3, older than memspace? no: t1post is older
+        world.record_engagement("pub", "t1", "view")  # 3 x 1, the oldest object
+    world.record_engagement("t1post", "t1", "reaction")  # 3
     world.record_engagement("memspace", "t1", "click")  # 2
-    world.record_engagement("memspace", "t1", "dwell_ms", value=60_000)  # +1 = 3, newest of the three
-    world.record_engagement("note", "t1", "dwell_ms", value=30_000)  # 0.5
+    world.record_engagement("memspace", "t1", "dwell_ms", value=30_000)  # + 1 = 3, the newest of the three
+    world.record_engagement("note", "t1", "dwell_ms", value=59_999)  # 1 (whole 30 s)
+    world.record_engagement("event", "t1", "dwell_ms", value=29_999)  # 0: counted, scores nothing
     items = world.home("t1", "top")
     assert [(i.object_id, i.score) for i in items] == [
-        ("memspace", 3.0), ("t1post", 3.0), ("pub", 3.0), ("note", 0.5), ("event", 0.0),
+        ("memspace", 3.0), ("t1post", 3.0), ("pub", 3.0), ("note", 1.0), ("event", 0.0),
     ]
 
 
@@ -111,10 +114,46 @@ def test_top_counts_only_the_window(world: Groundkit, raw: Raw) -> None:
     world.record_engagement("pub", "t0", "reaction", at=now - timedelta(days=8))
     world.record_engagement("event", "t0", "view", at=now - timedelta(days=5))
     assert [(i.object_id, i.score) for i in world.home("t0", "top")] == [("event", 1.0), ("pub", 0.0)]
+    # A longer window: "top" sums the days itself until an event moves engagement_window ...
     raw.execute("update groundkit.config set home_top_days = 30")
     assert [(i.object_id, i.score) for i in world.home("t0", "top")] == [("pub", 3.0), ("event", 1.0)]
+    world.record_engagement("t1post", "t1", "view")
+    assert window_is_the_sum_of_its_days(raw)
+    assert [(i.object_id, i.score) for i in world.home("t0", "top")] == [("pub", 3.0), ("event", 1.0)]
+    # ... and a shorter one, both ways.
     raw.execute("update groundkit.config set home_top_days = 1")
     assert [(i.object_id, i.score) for i in world.home("t0", "top")] == [("event", 0.0), ("pub", 0.0)]
+    world.record_engagement("t1post", "t1", "view")
+    assert window_is_the_sum_of_its_days(raw)
+    assert [(i.object_id, i.score) for i in world.home("t0", "top")] == [("event", 0.0), ("pub", 0.0)]
+    assert [(i.object_id, i.score) for i in world.home("t1", "top", k=2)] == [("t1post", 2.0), ("event", 0.0)]
+
+
+def window_is_the_sum_of_its_days(raw: Raw) -> bool:
+    """engagement_window holds, per object, the score of its days since engagement_window_since."""
+    window = raw.execute("select object_id, score from groundkit.engagement_window order by 1").fetchall()
+    summed = raw.execute(
+        "select e.object_id, sum(e.score) from groundkit.engagement_daily e, groundkit.engagement_window_since s"
+        " where e.day >= s.since group by 1 having sum(e.score) > 0 order by 1").fetchall()
+    return window == summed
+
+
+def test_the_window_stays_the_sum_of_its_days(world: Groundkit, raw: Raw) -> None:
+    rng = random.Random(41)
+    now = datetime.now(UTC)
+    for step in range(120):
+        if step % 40 == 39:
+            raw.execute("update groundkit.config set home_top_days = %s", (rng.choice((1, 3, 7, 30)),))
+        kind: EngagementKind = rng.choice(("view", "click", "reaction", "dwell_ms"))
+        world.record_engagement(rng.choice(("pub", "t1post", "memspace", "event")), "t1", kind,
+                                at=now - timedelta(days=rng.uniform(0, 12)),
+                                value=rng.randrange(0, 900_000) if kind == "dwell_ms" else None)
+        assert window_is_the_sum_of_its_days(raw)
+    window_path = [(i.object_id, i.score) for i in world.home("t1", "top")]
+    assert any(score for _, score in window_path)
+    # engagement_window not at today's window: "top" sums the days itself, to the same answer
+    raw.execute("update groundkit.engagement_window_since set since = since - 1")
+    assert [(i.object_id, i.score) for i in world.home("t1", "top")] == window_path
 
 
 def test_top_k_is_the_best_k_among_the_visible(world: Groundkit) -> None:
@@ -164,11 +203,12 @@ def test_engagement_counts_per_object_and_day(world: Groundkit, raw: Raw) -> Non
     world.record_engagement("pub", "t0", "view")
     world.record_engagement("pub", "t1", "view")
     world.record_engagement("pub", "t1", "click")
-    world.record_engagement("pub", "t1", "dwell_ms", value=3_600_000)  # ten minutes count
+    world.record_engagement("pub", "t1", "dwell_ms", value=3_600_000)  # ten minutes score: 20
     world.record_engagement("pub", "t1", "reaction", at=datetime.now(UTC) - timedelta(days=2))
-    rows = raw.execute("select views, clicks, reactions, dwell_ms from groundkit.engagement_daily"
+    rows = raw.execute("select views, clicks, reactions, dwell_ms, score from groundkit.engagement_daily"
                        " where object_id = 'pub' order by day").fetchall()
-    assert rows == [(0, 0, 1, 0), (2, 1, 0, 600_000)]
+    assert rows == [(0, 0, 1, 0, 3), (2, 1, 0, 3_600_000, 24)]
+    assert window_is_the_sum_of_its_days(raw)
 
 
 @pytest.mark.parametrize("kw,err", [

@@ -5,11 +5,13 @@ Revises: 0012
 Create Date: 2026-12-03
 
 - ``engagement_daily``: one row per object and UTC day, counting what members did with the
-  object (``groundkit.record_engagement``): views, clicks, reactions and milliseconds of dwell.
-  No per-member trail is kept: the member only decides whether the event may count (the same
-  permission predicate as search). "Top this week" sums the rows of the last
-  ``config.home_top_days`` days; its index holds every count, so that sum is an index-only scan of
-  the window.
+  object (``groundkit.record_engagement``): views, clicks, reactions, milliseconds of dwell, and
+  their score. No per-member trail is kept: the member only decides whether the event may count
+  (the same permission predicate as search).
+- ``engagement_window``: each object's score over the window of "top" (the days from
+  ``engagement_window_since.since`` on), kept by ``record_engagement``, which also moves the
+  window when the day (or ``config.home_top_days``) changes. "Top" walks it by score, best
+  first, so its cost does not grow with the number of objects engaged with.
 - ``config.home_top_days``: the window of "top", in whole UTC days (today included).
 - Two partial indexes on the live objects by ``log_seq`` (the log position of their current
   version): "latest" walks them newest first, globally or per space.
@@ -35,13 +37,28 @@ create table groundkit.engagement_daily (
     clicks bigint not null default 0 check (clicks >= 0),
     reactions bigint not null default 0 check (reactions >= 0),
     dwell_ms bigint not null default 0 check (dwell_ms >= 0),
+    score bigint not null default 0 check (score >= 0),
     primary key (object_id, day)
 );
-create index engagement_daily_day_idx on groundkit.engagement_daily (day, object_id)
-    include (views, clicks, reactions, dwell_ms);
--- Today's rows are updated by every event: vacuum them often, so the window stays index-only.
+-- the window's rows, read in one index-only scan when "top" sums them itself
+create index engagement_daily_day_idx on groundkit.engagement_daily (day, object_id) include (score);
+
+create table groundkit.engagement_window (
+    object_id text primary key,
+    score bigint not null check (score >= 0)
+);
+create index engagement_window_score_idx on groundkit.engagement_window (score desc, object_id);
+
+create table groundkit.engagement_window_since (
+    id boolean primary key default true check (id),
+    since date not null
+);
+insert into groundkit.engagement_window_since (since) values ((now() at time zone 'UTC')::date - 6);
+
+-- Rows updated by every event: vacuum after a small share changed.
 alter table groundkit.engagement_daily set (autovacuum_vacuum_scale_factor = 0.02,
                                             autovacuum_vacuum_insert_scale_factor = 0.02);
+alter table groundkit.engagement_window set (autovacuum_vacuum_scale_factor = 0.02);
 
 alter table groundkit.config
     add column home_top_days integer not null default 7 check (home_top_days between 1 and 366);
