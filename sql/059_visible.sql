@@ -11,6 +11,22 @@
 -- plain join in the caller's plan. Every relation is schema-qualified, it is called only from
 -- functions that pin search_path = pg_catalog, pg_temp, and nobody else may execute it
 -- (sql/090_roles.sql revokes PUBLIC).
+-- The spaces whose objects the reader may see, policy permitting: the space-level half of the
+-- predicate, joined by _visible_object (inlined, it is the same join as written there). The home
+-- feed also reads it to walk only those spaces.
+create or replace function groundkit._visible_space(p_rank integer, p_member text)
+returns table (space_id text)
+language sql stable
+as $$
+    select sp.space_id
+      from groundkit.spaces sp
+      join groundkit.tiers st on st.name = sp.min_tier
+     where p_rank >= st.rank
+       and (not sp.private
+            or exists (select 1 from groundkit.space_grants g
+                        where g.space_id = sp.space_id and g.member_sub = p_member))
+$$;
+
 create or replace function groundkit._visible_object(
     p_object_id text, p_rank integer, p_member text, p_content_types text[], p_space_ids text[])
 returns table (object_id text, version bigint, content_type text, space_id text, title text,
@@ -20,13 +36,9 @@ as $$
     select o.object_id, o.version, o.content_type, o.space_id, o.title, o.metadata, o.log_seq
       from groundkit.objects o
       join groundkit.tiers ot on ot.name = o.tier_visibility
-      join groundkit.spaces sp on sp.space_id = o.space_id
-      join groundkit.tiers st on st.name = sp.min_tier
+      join groundkit._visible_space(p_rank, p_member) sp on sp.space_id = o.space_id
      where o.object_id = p_object_id and o.state = 'live'
-       and p_rank >= ot.rank and p_rank >= st.rank
-       and (not sp.private
-            or exists (select 1 from groundkit.space_grants g
-                        where g.space_id = sp.space_id and g.member_sub = p_member))
+       and p_rank >= ot.rank
        and (not o.owner_only or o.owner_sub = p_member)
        and (p_content_types is null or o.content_type = any (p_content_types))
        and (p_space_ids is null or o.space_id = any (p_space_ids))

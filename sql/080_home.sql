@@ -69,9 +69,12 @@ end
 $$;
 
 -- The newest k objects the reader may see, newest first (by the log position of their current
--- version), leaving out the objects with engagement since p_skip_since (null: none left out; the
--- filler of "top"). Without space_ids one walk of the live objects newest first, the predicate
--- checked per object until k pass; with space_ids one such walk per space, merged.
+-- version), leaving out the objects that scored since p_skip_since (null: none left out; the
+-- filler of "top"). Without filters one walk of the live objects newest first, the predicate
+-- checked per object until k pass. With filters one such walk per space the reader may see at
+-- all (and asked for), or per such space and content type, merged: a reader who may see none of
+-- a type does not walk every object of it. The log's rows (for the time) are read for the k
+-- objects only, after the limit: joined inside it, the planner hashed the whole log.
 create or replace function groundkit._home_latest(
     p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer,
     p_skip_since date)
@@ -81,35 +84,60 @@ language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+    ids text[];
+    seqs bigint[];
 begin
-    if p_space_ids is null then
-        return query
-        select v.object_id, v.version, v.content_type, v.space_id, v.title, v.metadata, l.logged_at,
-               case when p_skip_since is null then null else 0::double precision end
-          from groundkit.objects o
-         cross join lateral groundkit._visible_object(o.object_id, p_rank, p_member, p_content_types, null) v
-          join groundkit.content_log l on l.seq = v.log_seq
-         where o.state = 'live'
-           and (p_skip_since is null or not groundkit._engaged_since(o.object_id, p_skip_since))
-         order by o.log_seq desc
-         limit p_k;
-    else
-        return query
-        select x.object_id, x.version, x.content_type, x.space_id, x.title, x.metadata, l.logged_at,
-               case when p_skip_since is null then null else 0::double precision end
-          from (select distinct s.id from unnest(p_space_ids) s(id) where s.id is not null) sp
-         cross join lateral (
-                select v.* from groundkit.objects o
-                 cross join lateral groundkit._visible_object(o.object_id, p_rank, p_member,
-                                                              p_content_types, p_space_ids) v
-                 where o.state = 'live' and o.space_id = sp.id
+    if p_space_ids is null and p_content_types is null then
+        select array_agg(x.object_id order by x.log_seq desc), array_agg(x.log_seq order by x.log_seq desc)
+          into ids, seqs
+          from (select o.object_id, o.log_seq from groundkit.objects o
+                 where o.state = 'live'
+                   and exists (select 1 from groundkit._visible_object(o.object_id, p_rank, p_member, null, null))
                    and (p_skip_since is null or not groundkit._engaged_since(o.object_id, p_skip_since))
                  order by o.log_seq desc
-                 limit p_k) x
-          join groundkit.content_log l on l.seq = x.log_seq
-         order by x.log_seq desc
-         limit p_k;
+                 limit p_k) x;
+    elsif p_content_types is null then
+        select array_agg(y.object_id order by y.log_seq desc), array_agg(y.log_seq order by y.log_seq desc)
+          into ids, seqs
+          from (select x.object_id, x.log_seq
+                  from groundkit._visible_space(p_rank, p_member) vs
+                 cross join lateral (
+                        select o.object_id, o.log_seq from groundkit.objects o
+                         where o.state = 'live' and o.space_id = vs.space_id
+                           and exists (select 1 from groundkit._visible_object(o.object_id, p_rank, p_member,
+                                                                               null, p_space_ids))
+                           and (p_skip_since is null or not groundkit._engaged_since(o.object_id, p_skip_since))
+                         order by o.log_seq desc
+                         limit p_k) x
+                 where p_space_ids is null or vs.space_id = any (p_space_ids)
+                 order by x.log_seq desc
+                 limit p_k) y;
+    else
+        select array_agg(y.object_id order by y.log_seq desc), array_agg(y.log_seq order by y.log_seq desc)
+          into ids, seqs
+          from (select x.object_id, x.log_seq
+                  from groundkit._visible_space(p_rank, p_member) vs
+                 cross join (select distinct t.name from unnest(p_content_types) t(name)) ct
+                 cross join lateral (
+                        select o.object_id, o.log_seq from groundkit.objects o
+                         where o.state = 'live' and o.content_type = ct.name and o.space_id = vs.space_id
+                           and exists (select 1 from groundkit._visible_object(o.object_id, p_rank, p_member,
+                                                                               p_content_types, p_space_ids))
+                           and (p_skip_since is null or not groundkit._engaged_since(o.object_id, p_skip_since))
+                         order by o.log_seq desc
+                         limit p_k) x
+                 where p_space_ids is null or vs.space_id = any (p_space_ids)
+                 order by x.log_seq desc
+                 limit p_k) y;
     end if;
+    return query
+    select o.object_id, o.version, o.content_type, o.space_id, o.title, o.metadata, l.logged_at,
+           case when p_skip_since is null then null else 0::double precision end
+      from unnest(ids, seqs) with ordinality as u(object_id, log_seq, n)
+      join groundkit.objects o on o.object_id = u.object_id
+      join groundkit.content_log l on l.seq = u.log_seq
+     order by u.n;
 end
 $$;
 
@@ -125,7 +153,8 @@ $$;
 
 -- "Top this week": the k visible objects with the highest score over the window, ties by
 -- recency. engagement_window read by its index best first, the predicate joined per object, an
--- incremental sort by recency within equal scores: it stops once k visible objects are out.
+-- incremental sort by recency within equal scores: it stops once k visible objects are out (the
+-- log's rows read for those k only, as in _home_latest).
 create or replace function groundkit._home_top(
     p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer)
 returns table (object_id text, version bigint, content_type text, space_id text, title text,
@@ -133,14 +162,17 @@ returns table (object_id text, version bigint, content_type text, space_id text,
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select v.object_id, v.version, v.content_type, v.space_id, v.title, v.metadata, l.logged_at,
-           w.score::double precision
-      from groundkit.engagement_window w
-     cross join lateral groundkit._visible_object(w.object_id, p_rank, p_member, p_content_types, p_space_ids) v
-      join groundkit.content_log l on l.seq = v.log_seq
-     where w.score > 0
-     order by w.score desc, v.log_seq desc
-     limit p_k
+    select x.object_id, x.version, x.content_type, x.space_id, x.title, x.metadata, l.logged_at,
+           x.score::double precision
+      from (select v.*, w.score
+              from groundkit.engagement_window w
+             cross join lateral groundkit._visible_object(w.object_id, p_rank, p_member,
+                                                          p_content_types, p_space_ids) v
+             where w.score > 0
+             order by w.score desc, v.log_seq desc
+             limit p_k) x
+      join groundkit.content_log l on l.seq = x.log_seq
+     order by x.score desc, x.log_seq desc
 $$;
 
 -- "Top this week" summed from the days since p_since, when engagement_window is not at that window
@@ -171,14 +203,17 @@ as $$
     theta as materialized (
         select case when count(*) < p_k then 0 else min(t.score) end as t from top t
     )
-    select v.object_id, v.version, v.content_type, v.space_id, v.title, v.metadata, l.logged_at, s.score::double precision
-      from scored s
-     cross join theta
-     cross join lateral groundkit._visible_object(s.object_id, p_rank, p_member, p_content_types, p_space_ids) v
-      join groundkit.content_log l on l.seq = v.log_seq
-     where s.score > 0 and s.score >= theta.t
-     order by s.score desc, v.log_seq desc
-     limit p_k
+    select x.object_id, x.version, x.content_type, x.space_id, x.title, x.metadata, l.logged_at,
+           x.score::double precision
+      from (select v.*, s.score
+              from scored s
+             cross join theta
+             cross join lateral groundkit._visible_object(s.object_id, p_rank, p_member, p_content_types, p_space_ids) v
+             where s.score > 0 and s.score >= theta.t
+             order by s.score desc, v.log_seq desc
+             limit p_k) x
+      join groundkit.content_log l on l.seq = x.log_seq
+     order by x.score desc, x.log_seq desc
 $$;
 
 -- The home feed of a reader: 'latest' (the newest visible objects, one row per object, its

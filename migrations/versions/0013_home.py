@@ -13,8 +13,8 @@ Create Date: 2026-12-03
   window when the day (or ``config.home_top_days``) changes. "Top" walks it by score, best
   first, so its cost does not grow with the number of objects engaged with.
 - ``config.home_top_days``: the window of "top", in whole UTC days (today included).
-- Two partial indexes on the live objects by ``log_seq`` (the log position of their current
-  version): "latest" walks them newest first, globally or per space.
+- Three partial indexes on the live objects by ``log_seq`` (the log position of their current
+  version): "latest" walks them newest first, globally, per space, or per content type and space.
 """
 
 from __future__ import annotations
@@ -65,6 +65,7 @@ alter table groundkit.config
 
 create index objects_live_seq_idx on groundkit.objects (log_seq) where state = 'live';
 create index objects_live_space_seq_idx on groundkit.objects (space_id, log_seq) where state = 'live';
+create index objects_live_type_seq_idx on groundkit.objects (content_type, space_id, log_seq) where state = 'live';
 """
     )
 
