@@ -62,7 +62,7 @@ def test_langchain_reader_is_fixed_at_construction(world: Groundkit) -> None:
     with pytest.raises(InvalidArgument, match="takes the query only"):
         retriever.invoke("compost", reader_sub="t3")
     with pytest.raises(pydantic.ValidationError):
-        retriever.reader_sub = "t3"  # type: ignore[misc]
+        retriever.reader_sub = "t3"
     assert "course" not in {d.metadata["object_id"] for d in retriever.invoke("compost", config={"metadata": {
         "reader_sub": "t3"}})}
 
