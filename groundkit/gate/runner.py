@@ -9,6 +9,7 @@ Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
 - ``faults``: backends and clients killed mid-write; every object whole at its old or new version.
 - ``roles``: least privilege: the privilege grid, and non-superuser logins trying both doors.
 - ``bad_input``: hostile and malformed input; a clear error and nothing changed.
+- ``home``: the home feed, engagement and the framework retrievers keep the live predicate.
 
 Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero.
 """
@@ -28,7 +29,7 @@ from groundkit.gate.golden import GoldenRun, load_golden, load_grid, real_search
 from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
-SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input")
+SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "home")
 
 
 class GateOptions(BaseModel):
@@ -119,6 +120,9 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
     runners["faults"] = faults.run_section
     runners["roles"] = roles.run_section
     runners["bad_input"] = bad_input.run_section
+    from groundkit.gate import home
+
+    runners["home"] = home.run_section
     return runners
 
 
