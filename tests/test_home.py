@@ -3,6 +3,7 @@ PostgreSQL, through the Python client and through SQL."""
 
 from __future__ import annotations
 
+import json
 import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -248,3 +249,19 @@ def test_bad_home_arguments_in_sql(world: Groundkit, raw: Raw, params: tuple[Any
     with pytest.raises(psycopg.Error) as err:
         raw.execute("select * from groundkit.home(%s, %s, %s, null, %s::text[])", params)
     assert err.value.sqlstate == state
+
+
+def test_cli_home_json(world: Groundkit, dsn: str) -> None:
+    from typer.testing import CliRunner
+
+    from groundkit.cli import app
+
+    world.record_engagement("pub", "t1", "click")
+    result = CliRunner().invoke(app, ["home", "--reader", "t1", "--mode", "top", "-k", "2", "--json", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    items = [json.loads(line) for line in result.output.splitlines()]
+    assert [(i["object_id"], i["score"]) for i in items] == [("pub", 2.0), ("event", 0.0)]
+    result = CliRunner().invoke(app, ["home", "--reader", "t1", "--dsn", dsn])
+    assert result.exit_code == 0 and "5 object(s), latest, as t1" in result.output
+    result = CliRunner().invoke(app, ["home", "--reader", "t1", "-k", "0", "--dsn", dsn])
+    assert result.exit_code == 1 and "k must be between 1 and 200" in result.output

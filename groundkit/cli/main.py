@@ -27,6 +27,7 @@ from groundkit.cli import config as config_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import home as home_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
 from groundkit.client import Groundkit, resolve_dsn
@@ -48,6 +49,7 @@ app.add_typer(db_cli.app, name="db")
 app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
+app.command("home")(home_cli.home)
 
 
 @app.callback()
