@@ -216,6 +216,24 @@ as $$
      order by x.score desc, x.log_seq desc
 $$;
 
+-- Whether any live object lies in the spaces the reader may see at all (and asked for), of the
+-- content types asked for: one probe per such space. When none does, "top" has nothing to walk
+-- engagement_window for (a reader filtering to a type or board they can see nothing of would
+-- otherwise walk all of it).
+create or replace function groundkit._home_any(
+    p_rank integer, p_member text, p_content_types text[], p_space_ids text[])
+returns boolean
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select exists (
+        select 1 from groundkit._visible_space(p_rank, p_member) vs
+         where (p_space_ids is null or vs.space_id = any (p_space_ids))
+           and exists (select 1 from groundkit.objects o
+                        where o.state = 'live' and o.space_id = vs.space_id
+                          and (p_content_types is null or o.content_type = any (p_content_types))))
+$$;
+
 -- The home feed of a reader: 'latest' (the newest visible objects, one row per object, its
 -- current version) or 'top' (by engagement over the window, ties by recency; when fewer than k
 -- visible objects have any, the newest others follow with score 0). updated_at is when the
@@ -248,6 +266,10 @@ begin
     if home.mode = 'latest' then
         return query select * from groundkit._home_latest(v_rank, v_member, home.content_types,
                                                           home.space_ids, home.k, null);
+        return;
+    end if;
+    if (home.space_ids is not null or home.content_types is not null)
+       and not groundkit._home_any(v_rank, v_member, home.content_types, home.space_ids) then
         return;
     end if;
     v_since := groundkit._home_since();

@@ -164,6 +164,10 @@ def test_top_k_is_the_best_k_among_the_visible(world: Groundkit) -> None:
     assert ids(world, "t2", "top", k=2) == ["vaultpost", "t2post"]
     assert ids(world, "t1", "top", k=2) == ["event", "pub"]  # the two invisible best are skipped
     assert ids(world, "t2", "top", k=2, content_types=["board_post"]) == ["vaultpost", "pub"]
+    # filters the reader can see nothing under: nothing, whatever the engagement
+    assert ids(world, "t1", "top", space_ids=["vault"]) == []
+    assert ids(world, "t0", "top", content_types=["course_section"]) == []
+    assert ids(world, "t2", "top", space_ids=["open"], content_types=["course_section"]) == ["t2post"]
 
 
 # -- record_engagement -------------------------------------------------------------------------
