@@ -5,6 +5,9 @@ store with permission metadata stamped at ingest keeps returning)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pydantic
 import pytest
 from langchain_core.documents import Document
@@ -125,3 +128,15 @@ def test_llamaindex_reader_is_fixed_at_construction(world: Groundkit) -> None:
         retriever.retrieve("compost", reader_sub="t3")
     with pytest.raises(InvalidArgument):
         gk_llamaindex.GroundkitRetriever(world, reader_sub="t0", k=0)
+
+
+def test_the_docs_example_runs_as_written(dsn: str, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/integrations.md's example, executed: it prints what its comments say."""
+    text = (Path(__file__).parent.parent / "docs" / "integrations.md").read_text(encoding="utf-8")
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    monkeypatch.setenv("GROUNDKIT_DSN", dsn)
+    exec(compile(code, "docs/integrations.md", "exec"), {})  # our own documentation's example
+    printed = capsys.readouterr().out.splitlines()
+    promised = [line.split("# ", 1)[1] for line in code.splitlines() if "print(" in line]
+    assert printed == promised
