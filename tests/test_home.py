@@ -269,3 +269,22 @@ def test_cli_home_json(world: Groundkit, dsn: str) -> None:
     assert result.exit_code == 0 and "5 object(s), latest, as t1" in result.output
     result = CliRunner().invoke(app, ["home", "--reader", "t1", "-k", "0", "--dsn", dsn])
     assert result.exit_code == 1 and "k must be between 1 and 200" in result.output
+
+
+@pytest.mark.parametrize("cap", ["1", "2", "3", "100"])
+def test_filtered_top_is_the_same_whether_the_walk_settles_it_or_not(world: Groundkit, dsn: str, cap: str) -> None:
+    """Under filters, top walks the window's best rows first (groundkit.home_walk_cap of them) and
+    falls back to _home_top when that does not settle the answer: the same answer either way."""
+    for oid, n in (("vaultpost", 5), ("t2post", 4), ("memspace", 4), ("pub", 2), ("event", 1), ("t1post", 3)):
+        for _ in range(n):
+            world.record_engagement(oid, "t2", "view")
+    filters: list[dict[str, Any]] = [
+        {"space_ids": ["open"]}, {"content_types": ["board_post"]}, {"space_ids": ["open", "members"], "k": 2},
+        {"content_types": ["event", "course_section"], "k": 1}, {"space_ids": ["vault"]},
+    ]
+    want = {i: ids(world, "t2", "top", **f) for i, f in enumerate(filters)}
+    assert want[0] == ["t2post", "t1post", "pub"] and want[2] == ["memspace", "t2post"]
+    with Groundkit.connect(dsn) as capped:
+        capped.conn.execute(f"set groundkit.home_walk_cap = {int(cap)}")  # an integer, not interpolated input
+        for i, f in enumerate(filters):
+            assert ids(capped, "t2", "top", **f) == want[i], f
