@@ -186,6 +186,9 @@ create or replace function groundkit._home_top_walk(
 returns table (object_id text, score bigint, log_seq bigint)
 language sql stable
 set search_path = pg_catalog, pg_temp
+-- in window order, stopping at k (an incremental sort by recency within a score): the planner
+-- sorted all p_cap rows instead, 30 ms at 1M chunks where the first hundred held the answer
+set enable_sort = off
 as $$
     select w.object_id, w.score, v.log_seq
       from (select w.object_id, w.score from groundkit.engagement_window w
