@@ -9,6 +9,7 @@
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
     snippets      the cost of search's snippets: groundkit.search with and without them
+    home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, chunking, ingest, ingest_dir, profile, search, sidechannel, snippets, unmaintained
+from evals.bench import ab, chunking, home, ingest, ingest_dir, profile, search, sidechannel, snippets, unmaintained
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
@@ -30,6 +31,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
     "snippets": snippets.main,
+    "home": home.main,
 }
 
 

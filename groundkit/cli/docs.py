@@ -45,6 +45,7 @@ EXAMPLES: dict[str, str] = {
     "worker": "$ groundkit worker --every 60\n$ groundkit worker --once --json",
     "search": '$ groundkit search --as ana "price a commission" -k 5',
     "demo": "$ groundkit demo",
+    "home": "$ groundkit home --reader ana --mode top -k 10",
     "db url": "$ export GROUNDKIT_DSN=$(groundkit db url)",
     "db status": "$ groundkit db status",
     "db stop": "$ groundkit db stop",
