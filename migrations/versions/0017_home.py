@@ -55,6 +55,8 @@ create table groundkit.engagement_window_since (
 );
 insert into groundkit.engagement_window_since (since) values ((now() at time zone 'UTC')::date - 6);
 -- the lock of engagement writers and of the window's move (sql/080_home.sql)
+alter table groundkit.locks drop constraint locks_name_check,
+    add constraint locks_name_check check (name in ('pending', 'redact', 'reindex', 'tier_rank', 'engagement'));
 insert into groundkit.locks (name) values ('engagement');
 
 -- Rows updated by every event: vacuum after a small share changed.
