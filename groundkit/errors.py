@@ -78,6 +78,13 @@ class PgvectorMissing(GroundkitError):
     sqlstate = "GK008"
 
 
+class Unauthenticated(GroundkitError):
+    """A request to the MCP or HTTP server without a valid bearer token: missing, unknown,
+    revoked or expired, all alike (GK014; HTTP 401)."""
+
+    sqlstate = "GK014"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -88,6 +95,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK007": InvariantViolation,
     "GK008": PgvectorMissing,
     "GK009": UnknownObject,
+    "GK014": Unauthenticated,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now
