@@ -95,13 +95,17 @@ def build_server(service: ReadService, reader: str | None) -> Server[Any]:
 
 class BearerMember:
     """ASGI middleware: an HTTP request without a valid bearer token gets a 401 with the JSON
-    error body; one with a valid token carries its member in the scope's state."""
+    error body; one with a valid token carries its member in the scope's state. The service's
+    pool opens and closes with the app's lifespan."""
 
     def __init__(self, app: ASGIApp, service: ReadService) -> None:
         self.app = app
         self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._opening(receive), send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -115,6 +119,18 @@ class BearerMember:
             return
         scope.setdefault("state", {})[MEMBER_KEY] = member
         await self.app(scope, receive, send)
+
+
+    def _opening(self, receive: Receive) -> Receive:
+        async def receive_and_open() -> Any:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.service.open()
+            elif message["type"] == "lifespan.shutdown":
+                self.service.close()
+            return message
+
+        return receive_and_open
 
 
 async def _send_error(send: Send, exc: BaseException) -> None:
@@ -152,10 +168,6 @@ def http_app(service: ReadService, host: str = "127.0.0.1") -> ASGIApp:
 def run_http(service: ReadService, host: str, port: int) -> None:
     import uvicorn
 
-    service.open()
-    try:
-        uvicorn.run(http_app(service, host), host=host, port=port, log_level="warning")
-    finally:
-        service.close()
+    uvicorn.run(http_app(service, host), host=host, port=port, log_level="warning")
 
 
