@@ -19,6 +19,7 @@ from groundkit.migrate import MigrationState, migrate, migration_sql, migration_
 from groundkit.models import (
     ContentObject,
     Due,
+    HomeItem,
     IndexStatus,
     MaintenanceReport,
     MaintenanceStep,
@@ -40,6 +41,7 @@ __all__ = [
     "Due",
     "Groundkit",
     "GroundkitError",
+    "HomeItem",
     "IndexStatus",
     "InvalidArgument",
     "InvariantViolation",

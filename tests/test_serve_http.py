@@ -147,3 +147,26 @@ def test_trust_header_takes_the_member_from_the_proxy(dsn: str, world: Groundkit
         token = tokens.create_token(world, "t2")
         assert httpx.post(f"{url}/v1/search", json={"query": "pricing"},
                           headers={"Authorization": f"Bearer {token}"}).status_code == 401
+
+
+def _home(url: str, token: str, **params: object) -> httpx.Response:
+    return httpx.get(f"{url}/v1/home", params=params, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+
+
+def test_home_reads_as_the_token_member_and_follows_a_downgrade(api: str, world: Groundkit) -> None:
+    token = tokens.create_token(world, "t2")
+    latest = _home(api, token)
+    assert latest.status_code == 200, latest.text
+    assert {i["object_id"] for i in latest.json()["items"]} == {"open-1", "members-1", "vault-1"}
+    world.record_engagement("members-1", "t2", "view")
+    top = _home(api, token, mode="top", k=1).json()["items"]
+    assert [i["object_id"] for i in top] == ["members-1"]
+    world.put_member("t2", "T0")
+    assert {i["object_id"] for i in _home(api, token).json()["items"]} == {"open-1"}
+
+
+@pytest.mark.parametrize(("params", "field"), [
+    ({"mode": "hot"}, "mode"), ({"k": 51}, "k"), ({"k": "many"}, "k"), ({"reader": "t3"}, "reader")])
+def test_home_bad_input_is_400(api: str, world: Groundkit, params: dict[str, object], field: str) -> None:
+    r = _home(api, tokens.create_token(world, "t1"), **params)
+    assert r.status_code == 400 and r.json()["code"] == "GK005" and field in r.json()["message"]

@@ -63,7 +63,7 @@ def _stdio(dsn: str, reader: str, session: Callable[[Client], Awaitable[T]]) -> 
 def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groundkit) -> None:
     async def session(client: Client) -> None:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"search"}
+        assert set(tools) == {"search", "home"}
         schema = tools["search"].input_schema
         assert set(schema["properties"]) == {"query", "k", "content_types", "space_ids"}
         assert schema["additionalProperties"] is False
@@ -85,6 +85,12 @@ def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groun
             error = _error(await client.call_tool("search", {"query": "pricing", name: "t2"}))
             assert error["code"] == "GK005" and name in error["message"]
         assert _ids(await client.call_tool("search", {"query": "pricing commissions"})) == {"open-1", "members-1"}
+
+        home = await client.call_tool("home", {"mode": "latest", "k": 10})
+        assert not home.is_error and home.structured_content is not None
+        assert {i["object_id"] for i in home.structured_content["items"]} == {"open-1", "members-1"}
+        assert _error(await client.call_tool("home", {"mode": "hot"}))["code"] == "GK005"
+        assert "reader" in _error(await client.call_tool("home", {"reader": "t2"}))["message"]
 
     _stdio(dsn, "t1", session)
 

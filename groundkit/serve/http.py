@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groundkit.errors import GroundkitError, InvalidArgument, Unauthenticated
-from groundkit.serve.models import ErrorBody, Health, SearchInput, SearchResult
+from groundkit.serve.models import ErrorBody, Health, HomeInput, HomeResult, SearchInput, SearchResult
 from groundkit.serve.service import ReadService, error_body, parse_input
 
 MAX_BODY = 64 * 1024
@@ -58,6 +58,9 @@ class Api:
         except ValueError:
             raise InvalidArgument("the body must be a JSON object") from None
         return self.service.search(self.member(request), parse_input(SearchInput, data))
+
+    def home(self, request: Request, body: bytes) -> BaseModel:
+        return self.service.home(self.member(request), parse_input(HomeInput, dict(request.query_params)))
 
 
 def _endpoint(handler: Callable[[Request, bytes], BaseModel]) -> Callable[[Request], Any]:
@@ -106,6 +109,7 @@ def create_app(service: ReadService, *, trust_header: str | None = None) -> Star
 
     return Starlette(routes=[
         Route("/v1/search", _endpoint(api.search), methods=["POST"]),
+        Route("/v1/home", _endpoint(api.home), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ], lifespan=lifespan)
@@ -126,6 +130,8 @@ def openapi_document(trust_header: str | None = None) -> dict[str, Any]:
 
     errors = {str(s): {"description": d, **reply(ErrorBody)} for s, d in (
         (400, "bad input (GK005 and kin)"), (401, "no valid token (GK014)"), (503, "database busy or down"))}
+    home_params = [{"name": name, "in": "query", "required": False, "schema": schema}
+                   for name, schema in HomeInput.model_json_schema()["properties"].items()]
     security: list[dict[str, list[str]]] = [{"member_header": []}] if trust_header else [{"bearer": []}]
     return {
         "openapi": "3.1.0",
@@ -137,6 +143,10 @@ def openapi_document(trust_header: str | None = None) -> dict[str, Any]:
                 "requestBody": {"required": True,
                                 "content": {"application/json": {"schema": ref(SearchInput, "validation")}}},
                 "responses": {"200": {"description": "the hits", **reply(SearchResult)}, **errors}}},
+            "/v1/home": {"get": {
+                "summary": "The member's home: the newest visible objects, or the most engaged with this week",
+                "parameters": home_params,
+                "responses": {"200": {"description": "the objects", **reply(HomeResult)}, **errors}}},
             "/healthz": {"get": {"summary": "The database and the schema revision", "security": [],
                                  "responses": {"200": {"description": "ok", **reply(Health)},
                                                "503": {"description": "database unavailable", **reply(Health)}}}},

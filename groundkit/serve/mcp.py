@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from groundkit.errors import GroundkitError, Unauthenticated
-from groundkit.serve.models import SearchInput, SearchResult
+from groundkit.serve.models import HomeInput, HomeResult, SearchInput, SearchResult
 from groundkit.serve.service import ReadService, error_body, parse_input
 
 MEMBER_KEY = "groundkit_member"  # where the HTTP layer leaves the token's member, in the ASGI scope's state
@@ -41,6 +41,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("search", "Search the community's content as the connected member: the top k chunks they may "
              "see right now, ranked by BM25, with the fields to cite each one.",
              SearchInput, SearchResult, lambda service, member, args: service.search(member, args)),
+    ToolSpec("home", "The connected member's home feed: the newest objects they may see (mode latest), or the "
+             "most engaged with over the last week (mode top).",
+             HomeInput, HomeResult, lambda service, member, args: service.home(member, args)),
 )
 
 

@@ -1,7 +1,8 @@
 """The contracts of the MCP tools and the HTTP endpoints: one pydantic model per input and per
 result, shared by both surfaces. Inputs forbid unknown fields, so no request can name a reader.
 
-Results carry the client's own :class:`~groundkit.models.SearchHit`, whole: a field added to it
+Results carry the client's own :class:`~groundkit.models.SearchHit` and
+:class:`~groundkit.models.HomeItem`, whole: a field added to it
 (citations, dense scores) reaches both surfaces with no change here.
 """
 
@@ -11,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundkit.models import MAX_QUERY_CHARS, ContentType, SearchHit
+from groundkit.models import MAX_QUERY_CHARS, ContentType, HomeItem, SearchHit
 
 # Tighter than the library's MAX_K: a surface a model drives gets small pages.
 MAX_SURFACE_K = 50
@@ -42,6 +43,12 @@ class SearchResult(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     hits: tuple[SearchHit, ...]
+
+
+class HomeResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    items: tuple[HomeItem, ...]
 
 
 class ErrorBody(BaseModel):

@@ -25,7 +25,7 @@ from groundkit.errors import (
     UnknownObject,
     from_psycopg,
 )
-from groundkit.serve.models import ErrorBody, Health, SearchInput, SearchResult
+from groundkit.serve.models import ErrorBody, Health, HomeInput, HomeResult, SearchInput, SearchResult
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -84,6 +84,11 @@ class ReadService:
             hits = gk.search(member, request.query, k=request.k, content_types=request.content_types,
                              space_ids=request.space_ids)
         return SearchResult(hits=tuple(hits))
+
+    def home(self, member: str, request: HomeInput) -> HomeResult:
+        with self.groundkit() as gk:
+            items = gk.home(member, request.mode, k=request.k)
+        return HomeResult(items=tuple(items))
 
     def health(self) -> Health:
         try:

@@ -1,7 +1,7 @@
 """API tokens: the bearer tokens the MCP and HTTP servers map to a member.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-03
 
 Only a SHA-256 of each token is stored (a token is 32 random bytes, so a fast hash is enough: there
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0013"
-down_revision = "0012"
+revision = "0014"
+down_revision = "0013"
 branch_labels = None
 depends_on = None
 
