@@ -149,7 +149,7 @@ def test_trust_header_takes_the_member_from_the_proxy(dsn: str, world: Groundkit
                           headers={"Authorization": f"Bearer {token}"}).status_code == 401
 
 
-def _home(url: str, token: str, **params: object) -> httpx.Response:
+def _home(url: str, token: str, **params: str | int) -> httpx.Response:
     return httpx.get(f"{url}/v1/home", params=params, headers={"Authorization": f"Bearer {token}"}, timeout=30)
 
 
@@ -167,6 +167,6 @@ def test_home_reads_as_the_token_member_and_follows_a_downgrade(api: str, world:
 
 @pytest.mark.parametrize(("params", "field"), [
     ({"mode": "hot"}, "mode"), ({"k": 51}, "k"), ({"k": "many"}, "k"), ({"reader": "t3"}, "reader")])
-def test_home_bad_input_is_400(api: str, world: Groundkit, params: dict[str, object], field: str) -> None:
+def test_home_bad_input_is_400(api: str, world: Groundkit, params: dict[str, str | int], field: str) -> None:
     r = _home(api, tokens.create_token(world, "t1"), **params)
     assert r.status_code == 400 and r.json()["code"] == "GK005" and field in r.json()["message"]
