@@ -5,6 +5,7 @@
     ab            paired comparison of two databases, or of two revisions' SQL on copies of one
     profile       where a search's or a write's time goes, statement by statement
     unmaintained  search on a database nobody maintained vs the same database maintained
+    http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, ingest, profile, search, unmaintained
+from evals.bench import ab, http, ingest, profile, search, unmaintained
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
@@ -22,6 +23,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "ab": ab.main,
     "profile": profile.main,
     "unmaintained": unmaintained.main,
+    "http": http.main,
 }
 
 
