@@ -9,6 +9,8 @@ Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
 - ``faults``: backends and clients killed mid-write; every object whole at its old or new version.
 - ``roles``: least privilege: the privilege grid, and non-superuser logins trying both doors.
 - ``bad_input``: hostile and malformed input; a clear error and nothing changed.
+- ``surfaces``: the golden set again through the HTTP API and the MCP server, over loopback, as
+  each reader's bearer token (skipped, saying so, without the ``http`` and ``mcp`` extras).
 
 Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero.
 """
@@ -28,7 +30,7 @@ from groundkit.gate.golden import GoldenRun, load_golden, load_grid, real_search
 from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
-SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input")
+SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "surfaces")
 
 
 class GateOptions(BaseModel):
@@ -113,12 +115,13 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
         runners["model"] = stateful.run_section
     except ImportError:
         pass
-    from groundkit.gate import bad_input, concurrency, faults, roles
+    from groundkit.gate import bad_input, concurrency, faults, roles, surfaces
 
     runners["concurrency"] = concurrency.run_section
     runners["faults"] = faults.run_section
     runners["roles"] = roles.run_section
     runners["bad_input"] = bad_input.run_section
+    runners["surfaces"] = surfaces.run_section
     return runners
 
 
