@@ -9,6 +9,7 @@ pool, each borrowing one connection from the service's bounded pool.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -24,6 +25,7 @@ from groundkit.serve.models import ErrorBody, Health, HomeInput, HomeResult, Sea
 from groundkit.serve.service import ReadService, error_body, parse_input
 
 MAX_BODY = 64 * 1024
+log = logging.getLogger("groundkit.serve")
 
 
 def _json(model: BaseModel, status: int = 200) -> Response:
@@ -72,7 +74,8 @@ def _endpoint(handler: Callable[[Request, bytes], BaseModel]) -> Callable[[Reque
             return _json(await run_in_threadpool(handler, request, body))
         except GroundkitError as exc:
             return _error(exc)
-        except Exception as exc:  # never a stack trace in a response
+        except Exception as exc:  # never a stack trace in a response: it goes to the server's log
+            log.exception("unexpected error in %s", request.url.path)
             return _error(exc)
 
     return endpoint

@@ -10,6 +10,7 @@ below before the SDK sees the request.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,7 @@ from groundkit.errors import GroundkitError, Unauthenticated
 from groundkit.serve.models import HomeInput, HomeResult, SearchInput, SearchResult
 from groundkit.serve.service import ReadService, error_body, parse_input
 
+log = logging.getLogger("groundkit.serve")
 MEMBER_KEY = "groundkit_member"  # where the HTTP layer leaves the token's member, in the ASGI scope's state
 
 
@@ -85,7 +87,10 @@ def build_server(service: ReadService, reader: str | None) -> Server[Any]:
             member = reader if reader is not None else _http_member(ctx)
             args = parse_input(spec.input, params.arguments or {})
             result = await anyio.to_thread.run_sync(spec.run, service, member, args)
-        except Exception as exc:  # a tool error for the model, never a crash or a stack trace
+        except GroundkitError as exc:
+            return _failure(exc)
+        except Exception as exc:  # a tool error for the model, never a crash; the trace goes to the log
+            log.exception("unexpected error in tool %s", params.name)
             return _failure(exc)
         text = result.model_dump_json()
         return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
