@@ -159,3 +159,15 @@ def test_http_revoked_token_and_downgrade_count_from_the_next_call(mcp_url: str,
     r = httpx.post(mcp_url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
                    headers={"Authorization": f"Bearer {token}"})
     assert r.status_code == 401 and r.json()["code"] == "GK014"
+
+
+def test_cli_needs_a_reader_over_stdio_and_refuses_one_over_http(dsn: str) -> None:
+    from typer.testing import CliRunner
+
+    from groundkit.cli import app
+
+    runner = CliRunner()
+    no_reader = runner.invoke(app, ["serve", "mcp", "--dsn", dsn])
+    assert no_reader.exit_code == 1 and "--reader is required" in no_reader.stderr
+    http_reader = runner.invoke(app, ["serve", "mcp", "--transport", "http", "--reader", "t1", "--dsn", dsn])
+    assert http_reader.exit_code == 1 and "bearer token" in http_reader.stderr
