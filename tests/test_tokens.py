@@ -54,11 +54,16 @@ def test_cli_prints_the_token_last_and_revokes(dsn: str) -> None:
     runner = CliRunner()
     created = runner.invoke(app, ["tokens", "create", "ana", "--expires", "30d", "--dsn", dsn])
     assert created.exit_code == 0, created.output
+    assert "ana is not an active member now" in created.stderr
+    with Groundkit.connect(dsn) as gk:
+        gk.put_member("ana", "T1")
+    again = runner.invoke(app, ["tokens", "create", "ana", "--dsn", dsn])
+    assert again.exit_code == 0 and "not an active member" not in again.stderr
     token = created.stdout.strip().splitlines()[-1]
     with Groundkit.connect(dsn) as gk:
         assert tokens.token_member(gk, token) == "ana"
     revoked = runner.invoke(app, ["tokens", "revoke", "ana", "--dsn", dsn])
-    assert revoked.exit_code == 0 and "revoked 1 token(s) of ana" in revoked.stdout
+    assert revoked.exit_code == 0 and "revoked 2 token(s) of ana" in revoked.stdout
     with Groundkit.connect(dsn) as gk:
         assert tokens.token_member(gk, token) is None
     bad = runner.invoke(app, ["tokens", "create", "ana", "--expires", "soon", "--dsn", dsn])

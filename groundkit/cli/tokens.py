@@ -10,6 +10,7 @@ import typer
 from groundkit import tokens
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import Groundkit
+from groundkit.errors import GroundkitError
 
 app = typer.Typer(help="Create and revoke the bearer tokens `groundkit serve` maps to members.",
                   no_args_is_help=True, rich_markup_mode="markdown")
@@ -27,6 +28,15 @@ def create(
     lifetime = tokens.parse_duration(expires) if expires is not None else None
     with Groundkit.connect(dsn) as gk:
         token = tokens.create_token(gk, member_sub, lifetime)
+        try:
+            statuses = [r["status"] for r in gk._fetch(
+                "select status from groundkit.reader_authority where member_sub = %(m)s", {"m": member_sub})]
+        except GroundkitError:  # a groundkit_writer login may not read the authority: no note then
+            statuses = ["active"]
+    if statuses != ["active"]:
+        # (a typo makes a token that sees nothing; say so rather than fail: the member may come later)
+        err.print(f"note: {member_sub} is not an active member now; the token sees nothing until they are",
+                  highlight=False)
     err.print(f"token for {member_sub}, {'expires in ' + expires if expires else 'never expires'}; "
               "shown once:", highlight=False)
     sys.stdout.write(token + "\n")
