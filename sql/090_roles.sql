@@ -116,7 +116,11 @@ begin
         'groundkit.retier_object(text, bigint, text)',
         'groundkit.delete_object(text, bigint)',
         'groundkit.redact_object(text, bigint)',
-        'groundkit.snapshot_marker()'
+        'groundkit.snapshot_marker()',
+        'groundkit.create_token(text, bytea, timestamp with time zone)',
+        'groundkit.revoke_tokens(text)',
+        'groundkit.token_member(bytea)',
+        'groundkit.schema_revision()'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
     end loop;
@@ -131,6 +135,8 @@ begin
             groundkit.search(text, text, integer, text[], text[], text, text),
             groundkit.fetch_citation(text, text, bigint, integer)
         to groundkit_reader;
+        -- the MCP and HTTP servers map a bearer token to a member and report the revision (sql/080_serve.sql)
+        grant execute on function groundkit.token_member(bytea), groundkit.schema_revision() to groundkit_reader;
     end if;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
         grant usage on schema groundkit to groundkit_writer;
@@ -144,7 +150,9 @@ begin
             groundkit.retier_object(text, bigint, text),
             groundkit.delete_object(text, bigint),
             groundkit.redact_object(text, bigint),
-            groundkit.snapshot_marker()
+            groundkit.snapshot_marker(),
+            groundkit.create_token(text, bytea, timestamp with time zone),
+            groundkit.revoke_tokens(text)
         to groundkit_writer;
     end if;
 end

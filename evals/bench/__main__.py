@@ -10,6 +10,7 @@
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
+    http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, chunking, home, ingest, ingest_dir, profile, search, sidechannel, snippets, unmaintained
+from evals.bench import ab, chunking, home, http, ingest, ingest_dir, profile, search, sidechannel, snippets, unmaintained
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
@@ -32,6 +33,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "sidechannel": sidechannel.main,
     "snippets": snippets.main,
     "home": home.main,
+    "http": http.main,
 }
 
 
