@@ -20,7 +20,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, chunking, home, http, ingest, ingest_dir, profile, search, sidechannel, snippets, unmaintained
+from evals.bench import (
+    ab,
+    chunking,
+    home,
+    http,
+    ingest,
+    ingest_dir,
+    profile,
+    search,
+    sidechannel,
+    snippets,
+    unmaintained,
+)
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
