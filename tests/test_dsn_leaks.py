@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from groundkit.cli import app
 from groundkit.client import connect
+from groundkit.dsn import parse
 from groundkit.errors import ConfigError
 from groundkit.gate.bad_dsns import MALFORMED_DSNS, leaks, problems_of
 
@@ -34,6 +35,17 @@ MALFORMED = tuple(dsn for _label, dsn in MALFORMED_DSNS)
 # print it either. `db url` starts the embedded server, which the test of item 12 covers.
 NO_DSN: dict[str, list[str]] = {"db status": [], "db stop": []}
 NOT_RUN = {"db url"}
+# The servers start (and answer 503) while a readable DSN's database is down, so they run here
+# only with the DSNs libpq cannot read, which must stop them at once.
+SERVERS: dict[str, list[str]] = {"serve mcp": ["--reader", "m1"], "serve http": ["--port", "18765"]}
+
+
+def _unreadable(dsn: str) -> bool:
+    try:
+        parse(dsn)
+    except ConfigError:
+        return True
+    return False
 
 
 def _dataset(root: Path) -> Path:
@@ -71,6 +83,9 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "config set-bm25": [["1.2", "0.5"]],
         "config set-chunk-sizes": [["document", "--chars", "1200"]],
         "cite": [["o1", "1", "0", "--as", "m1"]],
+        "home": [["--reader", "m1"]],
+        "tokens create": [["m1"]],
+        "tokens revoke": [["m1"]],
     }
 
 
@@ -86,7 +101,7 @@ def _commands(group: typer.Typer, prefix: str = "") -> list[str]:
 
 
 def test_every_command_is_in_the_catalogue(invocations: dict[str, list[list[str]]]) -> None:
-    assert sorted(_commands(app)) == sorted([*invocations, *NO_DSN, *NOT_RUN])
+    assert sorted(_commands(app)) == sorted([*invocations, *NO_DSN, *NOT_RUN, *SERVERS])
 
 
 def _check(result: object, what: str, *, fails: bool = True) -> None:
@@ -119,6 +134,10 @@ def test_no_command_prints_the_password(dsn: str, invocations: dict[str, list[li
     for name, args in NO_DSN.items():
         result = runner.invoke(app, [*name.split(), *args], env={**env, "GROUNDKIT_DSN": dsn})
         _check(result, f"GROUNDKIT_DSN={dsn!r} groundkit {name}", fails=False)
+    if _unreadable(dsn):
+        for name, args in SERVERS.items():
+            result = runner.invoke(app, [*name.split(), *args, "--dsn", dsn], env={**env, "GROUNDKIT_DSN": None})
+            _check(result, f"groundkit {name} {' '.join(args)} --dsn {dsn!r}")
 
 
 @pytest.mark.parametrize("dsn", MALFORMED)

@@ -6,6 +6,7 @@ cached here.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -14,6 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 from pydantic import BaseModel, ValidationError
 
+from groundkit import dsn as groundkit_dsn
 from groundkit import tokens
 from groundkit.client import Groundkit
 from groundkit.errors import (
@@ -44,6 +46,10 @@ class ReadService:
     def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT) -> None:
         from psycopg_pool import ConnectionPool
 
+        # A DSN libpq cannot read is a ConfigError now, not a pool that retries it forever and
+        # logs libpq's message, which quotes the DSN (password included).
+        groundkit_dsn.parse(dsn)
+        _scrub_pool_log(dsn)
         self.pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             dsn, min_size=1, max_size=pool_size, timeout=pool_timeout, open=False, name="groundkit-serve",
             kwargs={"autocommit": True, "row_factory": dict_row},
@@ -97,6 +103,26 @@ class ReadService:
         except GroundkitError:
             return Health(database="unavailable", expected_revision=self._expected)
         return Health(database="ok", revision=revision, expected_revision=self._expected)
+
+
+class _ScrubDsn(logging.Filter):
+    """Blanks the DSN's password in the pool's log records (its connection errors quote libpq)."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__()
+        self.dsn = dsn
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = groundkit_dsn.scrub(self.dsn, record.getMessage())
+        record.args = None
+        return True
+
+
+def _scrub_pool_log(dsn: str) -> None:
+    logger = logging.getLogger("psycopg.pool")
+    for old in [f for f in logger.filters if isinstance(f, _ScrubDsn)]:
+        logger.removeFilter(old)
+    logger.addFilter(_ScrubDsn(dsn))
 
 
 def _head_revision() -> str:
