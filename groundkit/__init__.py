@@ -1,8 +1,10 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
 from groundkit.client import Groundkit, connect, resolve_dsn
+from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
     ConfigError,
+    ContextBudgetTooSmall,
     DatabaseUnavailable,
     GroundkitError,
     InvalidArgument,
@@ -12,6 +14,7 @@ from groundkit.errors import (
     ReaderNotAllowed,
     Unauthenticated,
     UnknownContentType,
+    UnknownFlow,
     UnknownObject,
     UnknownSpace,
     UnknownTier,
@@ -39,9 +42,12 @@ from groundkit.models import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "AssembledContext",
     "Citation",
     "ConfigError",
     "ContentObject",
+    "ContextBudgetTooSmall",
+    "ContextCitation",
     "DatabaseUnavailable",
     "Due",
     "Groundkit",
@@ -63,6 +69,7 @@ __all__ = [
     "Space",
     "Unauthenticated",
     "UnknownContentType",
+    "UnknownFlow",
     "UnknownObject",
     "UnknownSpace",
     "UnknownTier",
@@ -70,6 +77,7 @@ __all__ = [
     "WorkerHeartbeat",
     "WriteResult",
     "WriteStatus",
+    "assemble_context",
     "connect",
     "migrate",
     "migration_sql",

@@ -10,11 +10,13 @@ import platformdirs
 from pydantic import BaseModel, ConfigDict
 
 from groundkit.errors import ConfigError
+from groundkit.prices import PriceTable, load_price_table
 
 ENV_PREFIX = "GROUNDKIT_"
 KNOWN_ENV = {
     "GROUNDKIT_DSN": "dsn",
     "GROUNDKIT_HOME": "home",
+    "GROUNDKIT_PRICES": "prices",
     "GROUNDKIT_TEST_DSN": "test_dsn",
 }
 
@@ -26,6 +28,7 @@ class Settings(BaseModel):
 
     dsn: str | None = None
     home: Path | None = None
+    prices: Path | None = None  # the price table (groundkit.prices), validated with the settings
     test_dsn: str | None = None
 
     @classmethod
@@ -38,7 +41,13 @@ class Settings(BaseModel):
                 f"known: {', '.join(sorted(KNOWN_ENV))}"
             )
         values: dict[str, str] = {KNOWN_ENV[k]: v for k, v in env.items() if k in KNOWN_ENV and v != ""}
-        return cls.model_validate(values)
+        settings = cls.model_validate(values)
+        settings.price_table()  # a bad price table fails here, at startup
+        return settings
+
+    def price_table(self) -> PriceTable:
+        """The price table ``GROUNDKIT_PRICES`` names (empty without one: every call unpriced)."""
+        return load_price_table(self.prices)
 
     def data_home(self) -> Path:
         """Where groundkit keeps its embedded server: ``GROUNDKIT_HOME`` or the per-user data dir.

@@ -91,6 +91,16 @@ class Unauthenticated(GroundkitError):
     sqlstate = "GK014"
 
 
+class ContextBudgetTooSmall(InvalidArgument):
+    """A context's token budget cannot hold the frame and the first hit (GK005)."""
+
+
+class UnknownFlow(InvalidArgument):
+    """A metered call or run names a flow that is not configured (GK011)."""
+
+    sqlstate = "GK011"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -102,6 +112,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK008": PgvectorMissing,
     "GK009": UnknownObject,
     "GK010": ReaderNotAllowed,
+    "GK011": UnknownFlow,
     "GK014": Unauthenticated,
 }
 

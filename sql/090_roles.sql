@@ -120,7 +120,10 @@ begin
         'groundkit.create_token(text, bytea, timestamp with time zone)',
         'groundkit.revoke_tokens(text)',
         'groundkit.token_member(bytea)',
-        'groundkit.schema_revision()'
+        'groundkit.schema_revision()',
+        'groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)',
+        'groundkit.cost_summary(timestamptz, text)',
+        'groundkit.add_flow(text)'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
     end loop;
@@ -154,6 +157,16 @@ begin
             groundkit.create_token(text, bytea, timestamp with time zone),
             groundkit.revoke_tokens(text)
         to groundkit_writer;
+        -- metered calls (sql/080_costs.sql): the app's writer records; reading the spend and
+        -- adding flows stay with the owner
+        grant execute on function
+            groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)
+        to groundkit_writer;
+    end if;
+    -- the spend is an audit read: an auditor role, where one exists, may read it
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function groundkit.cost_summary(timestamptz, text) to groundkit_auditor;
     end if;
 end
 $grants$;

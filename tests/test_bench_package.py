@@ -137,3 +137,13 @@ def test_http_load_counts_a_hit_outside_the_visible_set_as_a_leak() -> None:
     tally.judge("r5", 200, {"hits": [{"object_id": "obj-1", "object_version": 2}]}, visible)
     tally.judge("r5", 503, {"code": "unavailable"}, visible)
     assert len(tally.leaks) == 2 and len(tally.errors) == 1
+
+
+def test_costs_runs_every_grouping_and_drops_its_database(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["costs", "--dsn", server_dsn, "--calls", "3000", "--days", "30", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for by in ("flow", "model", "reader", "day"):
+        assert re.search(rf"\| {by} \| 7d \| \d+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", out), out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_costs_%'").fetchone()
+    assert left == (0,)

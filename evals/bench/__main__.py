@@ -11,6 +11,7 @@
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
+    costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from evals.bench import (
     ab,
     chunking,
+    costs,
     home,
     http,
     ingest,
@@ -46,6 +48,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "snippets": snippets.main,
     "home": home.main,
     "http": http.main,
+    "costs": costs.main,
 }
 
 

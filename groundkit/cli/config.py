@@ -1,5 +1,5 @@
-"""``groundkit config``: settings that change more than a row (BM25's k1 and b), and the chunk
-sizes of one content type."""
+"""``groundkit config``: settings that change more than a row (BM25's k1 and b), the chunk
+sizes of one content type, and flows."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import typer
 
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.client import Groundkit
+from groundkit.metering import add_flow as _add_flow
 
 app = typer.Typer(help="Change settings that need more than an update of groundkit.config, and chunk sizes.",
                   no_args_is_help=True, rich_markup_mode="markdown")
@@ -49,3 +50,16 @@ def set_chunk_sizes(
     out.print(f"{content_type}: chunks of at most {size} characters, {over} of overlap; "
               + (f"{outdated:,} chunks made otherwise: groundkit rebuild re-chunks them" if outdated
                  else "no chunk made otherwise"), highlight=False)
+
+
+@app.command("add-flow")
+@handle_errors
+def add_flow(
+    flow: Annotated[str, typer.Argument(help="1-63 of a-z, 0-9, _ and -, starting with a letter.")],
+    dsn: DsnOption = None,
+) -> None:
+    """Add a flow that metered calls and runs may name, besides home, tutor, authoring and
+    conversational (groundkit.add_flow; the owner's). Flows are never removed."""
+    with Groundkit.connect(dsn) as gk:
+        added = _add_flow(gk, flow)
+    out.print(f"flow {flow} added" if added else f"flow {flow} was there already", highlight=False)

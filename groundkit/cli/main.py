@@ -22,6 +22,7 @@ import groundkit
 from groundkit import maintenance
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
+from groundkit.cli import costs as costs_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
@@ -54,6 +55,7 @@ app.add_typer(tokens_cli.app, name="tokens")
 app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
 app.command("home")(home_cli.home)
+app.command("costs")(costs_cli.costs)
 
 
 @app.callback()

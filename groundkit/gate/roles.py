@@ -151,6 +151,8 @@ WRITES: dict[str, tuple[str, tuple[Any, ...]]] = {
                       ("w1",)),
     "delete_object": ("select groundkit.delete_object(object_id => %s, version => 3)", ("w1",)),
     "redact_object": ("select groundkit.redact_object(object_id => %s, version => 4)", ("w1",)),
+    "record_call": ("select groundkit.record_call(p_flow => %s, p_model => 'm-1', p_kind => 'llm',"
+                    " p_tokens_in => 10, p_tokens_out => 2)", ("tutor",)),
 }
 ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "rebuild": ("select groundkit.rebuild()", ()),
@@ -168,6 +170,8 @@ ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "set_tier_rank": ("select groundkit.set_tier_rank(%s, %s)", ("T3", 7)),
     "_restat_space": ("select groundkit._restat_space(%s)", ("board",)),
     "log UPDATE": ("update groundkit.content_log set body = 'x'", ()),
+    "cost_summary": ("select * from groundkit.cost_summary()", ()),
+    "add_flow": ("select groundkit.add_flow(%s)", ("gate",)),
 }
 
 
