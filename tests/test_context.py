@@ -23,8 +23,9 @@ from groundkit.models import SearchHit
 
 
 def hit(content: str, *, title: str = "t", object_id: str = "o", seq: int = 0, **extra: int) -> SearchHit:
-    return SearchHit(object_id=object_id, object_version=3, chunk_seq=seq, content_type="transcript",
-                     space_id="s", title=title, content=content, score=1.0, **extra)
+    return SearchHit.model_validate({"object_id": object_id, "object_version": 3, "chunk_seq": seq,
+                                     "content_type": "transcript", "space_id": "s", "title": title,
+                                     "content": content, "score": 1.0, **extra})
 
 
 ATTACKS = [

@@ -86,6 +86,8 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "home": [["--reader", "m1"]],
         "tokens create": [["m1"]],
         "tokens revoke": [["m1"]],
+        "costs": [[], ["--json"]],
+        "config add-flow": [["support"]],
     }
 
 
