@@ -170,3 +170,19 @@ def test_home_reads_as_the_token_member_and_follows_a_downgrade(api: str, world:
 def test_home_bad_input_is_400(api: str, world: Groundkit, params: dict[str, str | int], field: str) -> None:
     r = _home(api, tokens.create_token(world, "t1"), **params)
     assert r.status_code == 400 and r.json()["code"] == "GK005" and field in r.json()["message"]
+
+
+def test_citation_reads_as_the_token_member_and_hides_what_they_may_not_see(api: str, world: Groundkit) -> None:
+    t1, t2 = tokens.create_token(world, "t1"), tokens.create_token(world, "t2")
+    auth = {"Authorization": f"Bearer {t1}"}
+    ok = httpx.get(f"{api}/v1/citations/open-1/1/0", headers=auth)
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["citation"]["context"] == "Glazing kilns and pricing commissions"
+    hidden = httpx.get(f"{api}/v1/citations/vault-1/1/0", headers=auth)
+    missing = httpx.get(f"{api}/v1/citations/nope/1/0", headers=auth)
+    assert hidden.status_code == missing.status_code == 404
+    assert hidden.json() == missing.json() and hidden.json()["code"] == "GK009"
+    assert httpx.get(f"{api}/v1/citations/vault-1/1/0", headers={"Authorization": f"Bearer {t2}"}).status_code == 200
+    assert httpx.get(f"{api}/v1/citations/open-1/x/0", headers=auth).json()["code"] == "GK005"
+    assert httpx.get(f"{api}/v1/citations/open-1/1/0").status_code == 401
+    assert "/v1/citations/{object_id}/{version}/{chunk_seq}" in httpx.get(f"{api}/openapi.json").json()["paths"]

@@ -63,7 +63,7 @@ def _stdio(dsn: str, reader: str, session: Callable[[Client], Awaitable[T]]) -> 
 def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groundkit) -> None:
     async def session(client: Client) -> None:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-        assert set(tools) == {"search", "home"}
+        assert set(tools) == {"search", "home", "fetch_citation"}
         schema = tools["search"].input_schema
         assert set(schema["properties"]) == {"query", "k", "content_types", "space_ids"}
         assert schema["additionalProperties"] is False
@@ -91,6 +91,16 @@ def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groun
         assert {i["object_id"] for i in home.structured_content["items"]} == {"open-1", "members-1"}
         assert _error(await client.call_tool("home", {"mode": "hot"}))["code"] == "GK005"
         assert "reader" in _error(await client.call_tool("home", {"reader": "t2"}))["message"]
+
+        # a hit's citation, in its context; the private board's is "unknown", as a missing one
+        cited = await client.call_tool("fetch_citation", {"object_id": "open-1", "version": 1, "chunk_seq": 0})
+        assert not cited.is_error and cited.structured_content is not None
+        assert cited.structured_content["citation"]["context"] == "Glazing kilns and pricing commissions"
+        hidden = _error(await client.call_tool("fetch_citation", {"object_id": "vault-1", "version": 1, "chunk_seq": 0}))
+        missing = _error(await client.call_tool("fetch_citation", {"object_id": "nope", "version": 1, "chunk_seq": 0}))
+        assert hidden == missing and hidden["code"] == "GK009"
+        assert "reader" in _error(await client.call_tool(
+            "fetch_citation", {"object_id": "open-1", "version": 1, "chunk_seq": 0, "reader": "t2"}))["message"]
 
     _stdio(dsn, "t1", session)
 

@@ -21,7 +21,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groundkit.errors import GroundkitError, InvalidArgument, Unauthenticated
-from groundkit.serve.models import ErrorBody, Health, HomeInput, HomeResult, SearchInput, SearchResult
+from groundkit.serve.models import (
+    CitationInput,
+    CitationResult,
+    ErrorBody,
+    Health,
+    HomeInput,
+    HomeResult,
+    SearchInput,
+    SearchResult,
+)
 from groundkit.serve.service import ReadService, error_body, parse_input
 
 MAX_BODY = 64 * 1024
@@ -63,6 +72,10 @@ class Api:
 
     def home(self, request: Request, body: bytes) -> BaseModel:
         return self.service.home(self.member(request), parse_input(HomeInput, dict(request.query_params)))
+
+    def citation(self, request: Request, body: bytes) -> BaseModel:
+        return self.service.fetch_citation(self.member(request),
+                                           parse_input(CitationInput, dict(request.path_params)))
 
 
 def _endpoint(handler: Callable[[Request, bytes], BaseModel]) -> Callable[[Request], Any]:
@@ -113,6 +126,7 @@ def create_app(service: ReadService, *, trust_header: str | None = None) -> Star
     return Starlette(routes=[
         Route("/v1/search", _endpoint(api.search), methods=["POST"]),
         Route("/v1/home", _endpoint(api.home), methods=["GET"]),
+        Route("/v1/citations/{object_id}/{version}/{chunk_seq}", _endpoint(api.citation), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
     ], lifespan=lifespan)
@@ -133,6 +147,8 @@ def openapi_document(trust_header: str | None = None) -> dict[str, Any]:
 
     errors = {str(s): {"description": d, **reply(ErrorBody)} for s, d in (
         (400, "bad input (GK005 and kin)"), (401, "no valid token (GK014)"), (503, "database busy or down"))}
+    citation_params = [{"name": name, "in": "path", "required": True, "schema": schema}
+                       for name, schema in CitationInput.model_json_schema()["properties"].items()]
     home_params = [{"name": name, "in": "query", "required": False, "schema": schema}
                    for name, schema in HomeInput.model_json_schema()["properties"].items()]
     security: list[dict[str, list[str]]] = [{"member_header": []}] if trust_header else [{"bearer": []}]
@@ -150,6 +166,11 @@ def openapi_document(trust_header: str | None = None) -> dict[str, Any]:
                 "summary": "The member's home: the newest visible objects, or the most engaged with this week",
                 "parameters": home_params,
                 "responses": {"200": {"description": "the objects", **reply(HomeResult)}, **errors}}},
+            "/v1/citations/{object_id}/{version}/{chunk_seq}": {"get": {
+                "summary": "A hit's chunk in its context; 404 (GK009) alike for an invisible and a missing one",
+                "parameters": citation_params,
+                "responses": {"200": {"description": "the citation", **reply(CitationResult)},
+                              "404": {"description": "no such citation (GK009)", **reply(ErrorBody)}, **errors}}},
             "/healthz": {"get": {"summary": "The database and the schema revision", "security": [],
                                  "responses": {"200": {"description": "ok", **reply(Health)},
                                                "503": {"description": "database unavailable", **reply(Health)}}}},

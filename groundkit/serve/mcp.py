@@ -23,7 +23,14 @@ from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from groundkit.errors import GroundkitError, Unauthenticated
-from groundkit.serve.models import HomeInput, HomeResult, SearchInput, SearchResult
+from groundkit.serve.models import (
+    CitationInput,
+    CitationResult,
+    HomeInput,
+    HomeResult,
+    SearchInput,
+    SearchResult,
+)
 from groundkit.serve.service import ReadService, error_body, parse_input
 
 log = logging.getLogger("groundkit.serve")
@@ -46,6 +53,9 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("home", "The connected member's home feed: the newest objects they may see (mode latest), or the "
              "most engaged with over the last week (mode top).",
              HomeInput, HomeResult, lambda service, member, args: service.home(member, args)),
+    ToolSpec("fetch_citation", "A search hit's chunk with its context (the section, the post, the stretch of the "
+             "recording), by the hit's object_id, object_version and chunk_seq, if the member may see it now.",
+             CitationInput, CitationResult, lambda service, member, args: service.fetch_citation(member, args)),
 )
 
 

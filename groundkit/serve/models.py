@@ -1,8 +1,8 @@
 """The contracts of the MCP tools and the HTTP endpoints: one pydantic model per input and per
 result, shared by both surfaces. Inputs forbid unknown fields, so no request can name a reader.
 
-Results carry the client's own :class:`~groundkit.models.SearchHit` and
-:class:`~groundkit.models.HomeItem`, whole: a field added to it
+Results carry the client's own :class:`~groundkit.models.SearchHit`,
+:class:`~groundkit.models.HomeItem` and :class:`~groundkit.models.Citation`, whole: a field added to it
 (citations, dense scores) reaches both surfaces with no change here.
 """
 
@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundkit.models import MAX_QUERY_CHARS, ContentType, HomeItem, SearchHit
+from groundkit.models import MAX_QUERY_CHARS, Citation, ContentType, HomeItem, SearchHit
 
 # Tighter than the library's MAX_K: a surface a model drives gets small pages.
 MAX_SURFACE_K = 50
@@ -37,6 +37,20 @@ class HomeInput(_Input):
 
     mode: Literal["latest", "top"] = "latest"
     k: int = Field(default=20, ge=1, le=MAX_SURFACE_K)
+
+
+class CitationInput(_Input):
+    """A hit's citation (object_id, object_version, chunk_seq of a search hit), with its context."""
+
+    object_id: str = Field(min_length=1, max_length=1000)
+    version: int = Field(ge=1, le=2**63 - 1, description="The hit's object_version.")
+    chunk_seq: int = Field(ge=0, le=2**31 - 1)
+
+
+class CitationResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    citation: Citation
 
 
 class SearchResult(BaseModel):

@@ -27,7 +27,16 @@ from groundkit.errors import (
     UnknownObject,
     from_psycopg,
 )
-from groundkit.serve.models import ErrorBody, Health, HomeInput, HomeResult, SearchInput, SearchResult
+from groundkit.serve.models import (
+    CitationInput,
+    CitationResult,
+    ErrorBody,
+    Health,
+    HomeInput,
+    HomeResult,
+    SearchInput,
+    SearchResult,
+)
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -95,6 +104,16 @@ class ReadService:
         with self.groundkit() as gk:
             items = gk.home(member, request.mode, k=request.k)
         return HomeResult(items=tuple(items))
+
+    def fetch_citation(self, member: str, request: CitationInput) -> CitationResult:
+        """The cited chunk in its context; an object the member may not see now is UnknownObject
+        (404), exactly as one that does not exist."""
+        with self.groundkit() as gk:
+            citation = gk.fetch_citation(member, request.object_id, request.version, request.chunk_seq)
+        if citation is None:
+            raise UnknownObject("no such citation: the object, version or chunk does not exist or is not "
+                                "visible to you")
+        return CitationResult(citation=citation)
 
     def health(self) -> Health:
         try:
