@@ -84,10 +84,11 @@ class ReaderNotAllowed(GroundkitError):
     sqlstate = "GK010"
 
 
-class UnknownRun(InvalidArgument):
-    """A run id that names no recorded run (GK012)."""
+class Unauthenticated(GroundkitError):
+    """A request to the MCP or HTTP server without a valid bearer token: missing, unknown,
+    revoked or expired, all alike (GK014; HTTP 401)."""
 
-    sqlstate = "GK012"
+    sqlstate = "GK014"
 
 
 class ContextBudgetTooSmall(InvalidArgument):
@@ -98,6 +99,12 @@ class UnknownFlow(InvalidArgument):
     """A metered call or run names a flow that is not configured (GK011)."""
 
     sqlstate = "GK011"
+
+
+class UnknownRun(InvalidArgument):
+    """A run id that names no recorded run (GK012)."""
+
+    sqlstate = "GK012"
 
 
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
@@ -113,6 +120,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK010": ReaderNotAllowed,
     "GK011": UnknownFlow,
     "GK012": UnknownRun,
+    "GK014": Unauthenticated,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

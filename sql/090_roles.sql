@@ -8,8 +8,8 @@
 --   groundkit_reader  may call groundkit.search and groundkit.fetch_citation and nothing else:
 --                     no SELECT on chunks, the log or members, so it cannot go around the
 --                     permission predicate; and record, replay and diff its readers' own
---                     runs (docs/runs.md). NOLOGIN.
---   groundkit_auditor may list, replay and diff every reader's runs. NOLOGIN.
+--                     runs (the runs block below). NOLOGIN.
+--   groundkit_auditor may list, replay and diff every reader's runs, and read the spend. NOLOGIN.
 --
 -- Apps log in as their own roles and are granted one of these (`grant groundkit_reader to app_api`).
 -- Roles are cluster-wide: they are created once, guarded by existence checks, and a migrate that
@@ -119,12 +119,10 @@ begin
         'groundkit.delete_object(text, bigint)',
         'groundkit.redact_object(text, bigint)',
         'groundkit.snapshot_marker()',
-        'groundkit.run_search(uuid, integer, text, text, text, integer, text[], text[], text, text)',
-        'groundkit.record_run(uuid, text, text, text, text, timestamptz, jsonb, jsonb, text)',
-        'groundkit.replay_run(uuid, text)',
-        'groundkit.run_header(uuid, text)',
-        'groundkit.list_runs(text, text, timestamptz, integer)',
-        'groundkit.diff_runs(uuid, uuid, text)',
+        'groundkit.create_token(text, bytea, timestamp with time zone)',
+        'groundkit.revoke_tokens(text)',
+        'groundkit.token_member(bytea)',
+        'groundkit.schema_revision()',
         'groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)',
         'groundkit.cost_summary(timestamptz, text)',
         'groundkit.add_flow(text)'
@@ -142,7 +140,74 @@ begin
             groundkit.search(text, text, integer, text[], text[], text, text),
             groundkit.fetch_citation(text, text, bigint, integer)
         to groundkit_reader;
-        -- runs (sql/080_runs.sql): a reader's own; prune_runs is granted to nobody
+        -- the MCP and HTTP servers map a bearer token to a member and report the revision (sql/080_serve.sql)
+        grant execute on function groundkit.token_member(bytea), groundkit.schema_revision() to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+        grant usage on schema groundkit to groundkit_writer;
+        grant execute on function
+            groundkit.put_member(text, text, text),
+            groundkit.put_space(text, text, boolean),
+            groundkit.grant_space(text, text),
+            groundkit.revoke_space(text, text),
+            groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb),
+            groundkit.put_objects(jsonb),
+            groundkit.retier_object(text, bigint, text),
+            groundkit.delete_object(text, bigint),
+            groundkit.redact_object(text, bigint),
+            groundkit.snapshot_marker(),
+            groundkit.create_token(text, bytea, timestamp with time zone),
+            groundkit.revoke_tokens(text)
+        to groundkit_writer;
+        -- metered calls (sql/080_costs.sql): the app's writer records; reading the spend and
+        -- adding flows stay with the owner
+        grant execute on function
+            groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)
+        to groundkit_writer;
+    end if;
+    -- the spend is an audit read: an auditor role, where one exists, may read it
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function groundkit.cost_summary(timestamptz, text) to groundkit_auditor;
+    end if;
+end
+$grants$;
+
+-- The home feed (sql/080_home.sql): home reads like search, record_engagement writes counters.
+do $home$
+begin
+    alter function groundkit.home(text, text, integer, text[], text[])
+        security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.record_engagement(text, text, text, timestamptz, bigint)
+        security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant execute on function groundkit.home(text, text, integer, text[], text[]) to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+        grant execute on function groundkit.record_engagement(text, text, text, timestamptz, bigint)
+            to groundkit_writer;
+    end if;
+end
+$home$;
+
+-- Runs (sql/085_runs.sql, docs/runs.md): a reader records, replays and diffs its own runs (the
+-- functions check whose); the auditor lists, replays and diffs anyone's. prune_runs is granted
+-- to nobody: the owner's alone.
+do $runs$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.run_search(uuid, integer, text, text, text, integer, text[], text[], text, text)',
+        'groundkit.record_run(uuid, text, text, text, text, timestamptz, jsonb, jsonb, text)',
+        'groundkit.replay_run(uuid, text)',
+        'groundkit.run_header(uuid, text)',
+        'groundkit.list_runs(text, text, timestamptz, integer)',
+        'groundkit.diff_runs(uuid, uuid, text)'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
         grant execute on function
             groundkit.run_search(uuid, integer, text, text, text, integer, text[], text[], text, text),
             groundkit.record_run(uuid, text, text, text, text, timestamptz, jsonb, jsonb, text),
@@ -160,30 +225,5 @@ begin
             groundkit.diff_runs(uuid, uuid, text)
         to groundkit_auditor;
     end if;
-    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
-        grant usage on schema groundkit to groundkit_writer;
-        grant execute on function
-            groundkit.put_member(text, text, text),
-            groundkit.put_space(text, text, boolean),
-            groundkit.grant_space(text, text),
-            groundkit.revoke_space(text, text),
-            groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb),
-            groundkit.put_objects(jsonb),
-            groundkit.retier_object(text, bigint, text),
-            groundkit.delete_object(text, bigint),
-            groundkit.redact_object(text, bigint),
-            groundkit.snapshot_marker()
-        to groundkit_writer;
-        -- metered calls (sql/080_costs.sql): the app's writer records; reading the spend and
-        -- adding flows stay with the owner
-        grant execute on function
-            groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)
-        to groundkit_writer;
-    end if;
-    -- the spend is an audit read: an auditor role, where one exists, may read it
-    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
-        grant usage on schema groundkit to groundkit_auditor;
-        grant execute on function groundkit.cost_summary(timestamptz, text) to groundkit_auditor;
-    end if;
 end
-$grants$;
+$runs$;

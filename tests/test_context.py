@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -24,9 +22,10 @@ from groundkit.errors import InvalidArgument
 from groundkit.models import SearchHit
 
 
-def hit(content: str, *, title: str = "t", object_id: str = "o", seq: int = 0, **extra: Any) -> SearchHit:
-    return SearchHit(object_id=object_id, object_version=3, chunk_seq=seq, content_type="transcript",
-                     space_id="s", title=title, content=content, score=1.0, **extra)
+def hit(content: str, *, title: str = "t", object_id: str = "o", seq: int = 0, **extra: int) -> SearchHit:
+    return SearchHit.model_validate({"object_id": object_id, "object_version": 3, "chunk_seq": seq,
+                                     "content_type": "transcript", "space_id": "s", "title": title,
+                                     "content": content, "score": 1.0, **extra})
 
 
 ATTACKS = [

@@ -9,6 +9,8 @@
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
     snippets      the cost of search's snippets: groundkit.search with and without them
+    home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
+    http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
 
@@ -24,6 +26,8 @@ from evals.bench import (
     ab,
     chunking,
     costs,
+    home,
+    http,
     ingest,
     ingest_dir,
     profile,
@@ -44,6 +48,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
     "snippets": snippets.main,
+    "home": home.main,
+    "http": http.main,
     "costs": costs.main,
     "runs": runs.main,
 }

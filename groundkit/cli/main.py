@@ -26,9 +26,12 @@ from groundkit.cli import costs as costs_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
 from groundkit.cli import runs as runs_cli
-from groundkit.cli._common import DsnOption, err, handle_errors, out
+from groundkit.cli import serve as serve_cli
+from groundkit.cli import tokens as tokens_cli
+from groundkit.cli._common import DsnOption, err, handle_errors, out, print_error
 from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
@@ -48,8 +51,11 @@ app = typer.Typer(
 app.add_typer(db_cli.app, name="db")
 app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
+app.add_typer(serve_cli.app, name="serve")
+app.add_typer(tokens_cli.app, name="tokens")
 app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
+app.command("home")(home_cli.home)
 app.command("costs")(costs_cli.costs)
 app.command("replay")(runs_cli.replay)
 app.add_typer(runs_cli.app, name="runs")
@@ -61,7 +67,7 @@ def _startup() -> None:
     try:
         Settings.from_env()
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        print_error(exc)
         raise typer.Exit(2) from None
 
 

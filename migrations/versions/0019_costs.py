@@ -1,7 +1,7 @@
 """Cost per flow: the flows a run or a metered call may name, and the ledger of metered calls.
 
-Revision ID: 0017
-Revises: 0016
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-03
 
 - ``flows``: the four built-in flows (home, tutor, authoring, conversational) and the ones an
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0017"
-down_revision = "0016"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 
