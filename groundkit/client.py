@@ -15,6 +15,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
+from groundkit import telemetry
 from groundkit.admin import Admin
 from groundkit.config import Settings
 from groundkit.errors import DatabaseUnavailable, InvalidArgument, UnknownContentType, scrub
@@ -151,15 +152,20 @@ class Groundkit(Admin):
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"metadata must be JSON: {exc}") from None
         params["metadata"] = Jsonb(obj.metadata)
-        status = self._scalar(
+        with telemetry.span("ingest.put_object", content_type=obj.content_type) as current:
+            status = self._put_one(params)
+            telemetry.set_attributes(current, status=status)
+        return WriteResult(object_id=obj.object_id, version=obj.version, status=WriteStatus(status))
+
+    def _put_one(self, params: dict[str, Any]) -> str:
+        return str(self._scalar(
             "select groundkit.put_object(object_id => %(object_id)s, version => %(version)s,"
             " content_type => %(content_type)s, space_id => %(space_id)s,"
             " tier_visibility => %(tier_visibility)s, title => %(title)s, body => %(body)s,"
             " owner_sub => %(owner_sub)s, owner_only => %(owner_only)s,"
             " segments => %(segments)s, metadata => %(metadata)s)",
             params,
-        )
-        return WriteResult(object_id=obj.object_id, version=obj.version, status=WriteStatus(status))
+        ))
 
     def put_object(
         self,
@@ -205,7 +211,9 @@ class Groundkit(Admin):
             payload.append(obj.model_dump(mode="json"))
         if not payload:
             return []
-        rows = self._fetch("select * from groundkit.put_objects(objects => %(objects)s)", {"objects": Jsonb(payload)})
+        with telemetry.span("ingest.put_objects", objects=len(payload)):
+            rows = self._fetch("select * from groundkit.put_objects(objects => %(objects)s)",
+                               {"objects": Jsonb(payload)})
         return [WriteResult(object_id=r["object_id"], version=r["version"], status=WriteStatus(r["status"]))
                 for r in rows]
 
@@ -267,18 +275,23 @@ class Groundkit(Admin):
         _check_markers(snippet_start, snippet_end)
         _no_nul(reader_sub=reader_sub, query=query, content_types=list(content_types or ()),
                 space_ids=list(space_ids or ()), snippet_start=snippet_start, snippet_end=snippet_end)
-        rows = self._fetch(
-            "select * from groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
-            " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[],"
-            " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s)",
-            {
-                "reader_sub": reader_sub, "query": query, "k": k,
-                "content_types": None if content_types is None else list(content_types),
-                "space_ids": None if space_ids is None else list(space_ids),
-                "snippet_start": snippet_start, "snippet_end": snippet_end,
-            },
-        )
-        return [SearchHit.model_validate(r) for r in rows]
+        params = {
+            "reader_sub": reader_sub, "query": query, "k": k,
+            "content_types": None if content_types is None else list(content_types),
+            "space_ids": None if space_ids is None else list(space_ids),
+            "snippet_start": snippet_start, "snippet_end": snippet_end,
+        }
+        with telemetry.span("search", mode="bm25", k=k, query=query, reader=reader_sub) as current:
+            rows = self._fetch(
+                "select * from groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
+                " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[],"
+                " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s)",
+                params,
+            )
+            hits = [SearchHit.model_validate(r) for r in rows]
+            telemetry.set_attributes(current, hits=len(hits))
+        telemetry.add_hits(len(hits), mode="bm25")
+        return hits
 
     def stored_objects(self, object_ids: Sequence[str]) -> dict[str, StoredObject]:
         """The current row of each of ``object_ids`` that exists, by id (reads
