@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -51,7 +51,8 @@ def _counter_sum(name: str, **labels: Any) -> float:
             for metric in sm.metrics:
                 if metric.name == name:
                     for point in metric.data.data_points:
-                        if all(point.attributes.get(k) == v for k, v in labels.items()):
+                        assert isinstance(point, NumberDataPoint)
+                        if all((point.attributes or {}).get(k) == v for k, v in labels.items()):
                             total += point.value
     return total
 
