@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from typing import Any
+from uuid import UUID
 
 import psycopg
 from psycopg import sql
@@ -18,7 +19,7 @@ from psycopg.types.json import Jsonb
 from groundkit import telemetry
 from groundkit.admin import Admin
 from groundkit.config import Settings
-from groundkit.errors import DatabaseUnavailable, InvalidArgument, UnknownContentType, scrub
+from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument, UnknownContentType, scrub
 from groundkit.maintenance import REINDEX_DRIFT, REINDEX_STEP_POSTINGS
 from groundkit.models import (
     CONTENT_TYPES,
@@ -87,6 +88,10 @@ class Groundkit(Admin):
     With an autocommit connection (what :meth:`connect` opens) every call is its own
     transaction. Pass a connection in a transaction to make calls part of your own.
     """
+
+    #: the sample id of the last :meth:`search` if the sampler recorded it, else ``None``
+    #: (``groundkit.config.sample_rate``; docs/telemetry.md)
+    last_sample_id: UUID | None = None
 
     @classmethod
     def connect(cls, dsn: str | None = None) -> Groundkit:
@@ -282,16 +287,68 @@ class Groundkit(Admin):
             "snippet_start": snippet_start, "snippet_end": snippet_end,
         }
         with telemetry.span("search", mode="bm25", k=k, query=query, reader=reader_sub) as current:
+            # the sampler's draw and the reader's tier rank in the search's own statement and
+            # snapshot (sql/077_samples.sql says why the search cannot record itself)
             rows = self._fetch(
-                "select * from groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
+                "select m.sample as _sample, m.tier_rank as _tier_rank, h.*"
+                "  from groundkit.search_sampling(%(reader_sub)s) m"
+                "  left join lateral groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
                 " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[],"
-                " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s)",
+                " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s) h on true"
+                " order by h.score desc, h.object_id, h.chunk_seq",
                 params,
             )
-            hits = [SearchHit.model_validate(r) for r in rows]
-            telemetry.set_attributes(current, hits=len(hits))
+            sample, tier_rank = rows[0].pop("_sample"), rows[0].pop("_tier_rank")
+            for row in rows[1:]:
+                del row["_sample"], row["_tier_rank"]
+            hits = [SearchHit.model_validate(r) for r in rows if r["object_id"] is not None]
+            telemetry.set_attributes(current, hits=len(hits), reader_tier_rank=tier_rank)
+            self.last_sample_id = self._record_sample(query, "bm25", k, tier_rank, hits) if sample else None
         telemetry.add_hits(len(hits), mode="bm25")
         return hits
+
+    def _record_sample(self, query: str, mode: str, k: int, tier_rank: int | None,
+                       hits: Sequence[SearchHit]) -> UUID | None:
+        """Record a drawn search (``groundkit.record_sample``) in a savepoint of the caller's
+        transaction, or its own; in a read-only transaction or on a standby, nothing (the search
+        still answers)."""
+        payload = [{"object_id": h.object_id, "object_version": h.object_version, "chunk_seq": h.chunk_seq,
+                    "score": h.score, "char_start": h.char_start, "char_end": h.char_end, "chunker": h.chunker}
+                   for h in hits]
+        try:
+            with self._errors(), self.conn.transaction(), self.conn.cursor() as cur:
+                cur.execute("select groundkit.record_sample(%(query)s, %(mode)s, %(k)s, %(rank)s, %(hits)s) as id",
+                            {"query": query, "mode": mode, "k": k, "rank": tier_rank, "hits": Jsonb(payload)})
+                row = cur.fetchone()
+        except GroundkitError as exc:
+            if exc.sqlstate == "25006":  # read_only_sql_transaction
+                return None
+            raise
+        return None if row is None else UUID(str(row["id"]))
+
+    def record_sample_engagement(self, sample_id: UUID | str, object_id: str, kind: str,
+                                 value: float | None = None) -> None:
+        """Record an engagement with a hit of a sampled search (:attr:`last_sample_id`): a
+        ``click`` (no value) or a ``dwell_ms`` (milliseconds). An object that is not among that
+        sample's hits, an unknown sample or kind, or a value that does not fit the kind raise
+        :class:`InvalidArgument` (GK005) and record nothing."""
+        try:
+            sid = sample_id if isinstance(sample_id, UUID) else UUID(str(sample_id))
+        except ValueError:
+            raise InvalidArgument(f"sample_id must be a UUID (got {sample_id!r})") from None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InvalidArgument(f"value must be a number (got {value!r})")
+        _no_nul(object_id=object_id, kind=kind)
+        self._fetch("select groundkit.record_sample_engagement(%(sid)s, %(object_id)s, %(kind)s, %(value)s)",
+                    {"sid": sid, "object_id": object_id, "kind": kind,
+                     "value": None if value is None else float(value)})
+
+    def set_sample_rate(self, rate: float) -> float:
+        """Record this fraction of searches (``config.sample_rate``, 0 to 1; 0, the default,
+        records none). The schema owner's call."""
+        if isinstance(rate, bool) or not isinstance(rate, int | float):
+            raise InvalidArgument(f"sample_rate must be a number between 0 and 1 (got {rate!r})")
+        return float(self._scalar("select groundkit.set_sample_rate(%(rate)s)", {"rate": float(rate)}))
 
     def stored_objects(self, object_ids: Sequence[str]) -> dict[str, StoredObject]:
         """The current row of each of ``object_ids`` that exists, by id (reads

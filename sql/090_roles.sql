@@ -116,7 +116,10 @@ begin
         'groundkit.retier_object(text, bigint, text)',
         'groundkit.delete_object(text, bigint)',
         'groundkit.redact_object(text, bigint)',
-        'groundkit.snapshot_marker()'
+        'groundkit.snapshot_marker()',
+        'groundkit.search_sampling(text)',
+        'groundkit.record_sample(text, text, integer, integer, jsonb)',
+        'groundkit.record_sample_engagement(uuid, text, text, double precision)'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
     end loop;
@@ -130,6 +133,12 @@ begin
         grant execute on function
             groundkit.search(text, text, integer, text[], text[], text, text),
             groundkit.fetch_citation(text, text, bigint, integer)
+        to groundkit_reader;
+        -- the sampler the client runs with every search, and engagement on what it recorded
+        grant execute on function
+            groundkit.search_sampling(text),
+            groundkit.record_sample(text, text, integer, integer, jsonb),
+            groundkit.record_sample_engagement(uuid, text, text, double precision)
         to groundkit_reader;
     end if;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then

@@ -69,7 +69,7 @@ def test_search_span_has_flow_mode_k_hits_and_no_query_or_reader(community: Grou
     assert attrs["groundkit.mode"] == "bm25"
     assert attrs["groundkit.k"] == 5
     assert attrs["groundkit.hits"] == len(hits) == 1
-    # (the reader tier rank: with the sampler, below)
+    assert attrs["groundkit.reader_tier_rank"] == 2
     assert "groundkit.query" not in attrs and "groundkit.reader" not in attrs
     assert "pricing" not in repr(attrs) and "t2" not in str(list(attrs.values()))
     (run,) = _named(spans, "groundkit.run")
