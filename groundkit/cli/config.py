@@ -49,3 +49,16 @@ def set_chunk_sizes(
     out.print(f"{content_type}: chunks of at most {size} characters, {over} of overlap; "
               + (f"{outdated:,} chunks made otherwise: groundkit rebuild re-chunks them" if outdated
                  else "no chunk made otherwise"), highlight=False)
+
+
+@app.command("set-sample-rate")
+@handle_errors
+def set_sample_rate(
+    rate: Annotated[float, typer.Argument(help="The fraction of searches to record, 0 to 1 (0: none, the default).")],
+    dsn: DsnOption = None,
+) -> None:
+    """Record this fraction of searches in groundkit.search_samples (query, mode, hits, the
+    reader's tier rank, never the reader), for `groundkit eval export-samples`."""
+    with Groundkit.connect(dsn) as gk:
+        now = gk.set_sample_rate(rate)
+    out.print(f"sample_rate {now:g}" + ("" if now else ": no search is recorded"), highlight=False)
