@@ -114,3 +114,11 @@ def test_snippets_compares_search_with_and_without(server_dsn: str, capsys: pyte
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
         left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_snip_%'").fetchone()
     assert left == (0,)
+
+
+def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["telemetry", "--dsn", server_dsn, "--objects", "200", "--searches", "10", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    for arm in ("bare", "none", "api", "sdk"):
+        assert f"\n{arm} " in out or out.startswith(f"{arm} ")
+    assert "telemetry.span() entered and left without the package" in out

@@ -9,6 +9,7 @@
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
     snippets      the cost of search's snippets: groundkit.search with and without them
+    telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -18,7 +19,18 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from evals.bench import ab, chunking, ingest, ingest_dir, profile, search, sidechannel, snippets, unmaintained
+from evals.bench import (
+    ab,
+    chunking,
+    ingest,
+    ingest_dir,
+    profile,
+    search,
+    sidechannel,
+    snippets,
+    telemetry,
+    unmaintained,
+)
 
 SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "search": search.main,
@@ -30,6 +42,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
     "snippets": snippets.main,
+    "telemetry": telemetry.main,
 }
 
 
