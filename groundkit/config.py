@@ -16,6 +16,8 @@ KNOWN_ENV = {
     "GROUNDKIT_DSN": "dsn",
     "GROUNDKIT_HOME": "home",
     "GROUNDKIT_TEST_DSN": "test_dsn",
+    # read by groundkit.telemetry on its first span: query,reader (docs/telemetry.md)
+    "GROUNDKIT_TELEMETRY_INCLUDE": "telemetry_include",
 }
 
 
@@ -27,6 +29,7 @@ class Settings(BaseModel):
     dsn: str | None = None
     home: Path | None = None
     test_dsn: str | None = None
+    telemetry_include: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

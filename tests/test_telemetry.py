@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import StatusCode
 
 from groundkit import ConfigError, ContentObject, Groundkit, ReaderNotAllowed, telemetry
+from groundkit.config import Settings
 
 _EXPORTER = InMemorySpanExporter()
 _METRICS = InMemoryMetricReader()
@@ -96,6 +97,7 @@ def test_unknown_sensitive_attribute_is_a_config_error(monkeypatch: pytest.Monke
     monkeypatch.setenv(telemetry.INCLUDE_ENV, "query")
     telemetry.configure(include=None)
     assert telemetry.included() == {"query"}
+    assert Settings.from_env().telemetry_include == "query"  # a known variable, not a startup error
     telemetry.configure(include=None)
 
 
