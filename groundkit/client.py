@@ -286,6 +286,7 @@ class Groundkit(Admin):
             "space_ids": None if space_ids is None else list(space_ids),
             "snippet_start": snippet_start, "snippet_end": snippet_end,
         }
+        self.last_sample_id = None
         with telemetry.span("search", mode="bm25", k=k, query=query, reader=reader_sub) as current:
             # the sampler's draw and the reader's tier rank in the search's own statement and
             # snapshot (sql/077_samples.sql says why the search cannot record itself)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,8 +16,10 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from typer.testing import CliRunner
 
 from groundkit import ConfigError, ContentObject, Groundkit, ReaderNotAllowed, telemetry
+from groundkit.cli import app
 from groundkit.config import Settings
 
 _EXPORTER = InMemorySpanExporter()
@@ -136,6 +139,18 @@ def test_ingest_span_that_raises_is_an_error(community: Groundkit, spans: InMemo
     (span,) = _named(spans, "groundkit.ingest.put_object")
     assert span.status.status_code is StatusCode.ERROR
     assert any(e.name == "exception" for e in span.events)
+
+
+def test_groundkit_ingest_has_a_run_span_around_its_writes(community: Groundkit, dsn: str, tmp_path: Path,
+                                                          spans: InMemorySpanExporter) -> None:
+    (tmp_path / "a.md").write_text("# Kilns\n\nHow hot a kiln gets.\n")
+    (tmp_path / "b.md").write_text("# Glazes\n\nGlaze recipes.\n")
+    result = CliRunner().invoke(app, ["ingest", str(tmp_path), "--space", "open", "--tier", "T0", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    (run,) = _named(spans, "groundkit.ingest.run")
+    assert run.attributes is not None
+    assert (run.attributes["groundkit.files"], run.attributes["groundkit.written"]) == (2, 2)
+    assert _named(spans, "groundkit.ingest.put_objects")
 
 
 def test_merge_and_analyze_spans(community: Groundkit, spans: InMemorySpanExporter) -> None:
