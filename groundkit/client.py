@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -19,7 +19,8 @@ from psycopg.types.json import Jsonb
 from groundkit import telemetry
 from groundkit.admin import Admin
 from groundkit.config import Settings
-from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument, UnknownContentType, scrub
+from groundkit.dsn import connect as dsn_connect
+from groundkit.errors import GroundkitError, InvalidArgument, UnknownContentType
 from groundkit.maintenance import REINDEX_DRIFT, REINDEX_STEP_POSTINGS
 from groundkit.models import (
     CONTENT_TYPES,
@@ -28,6 +29,9 @@ from groundkit.models import (
     MAX_QUERY_CHARS,
     Citation,
     ContentObject,
+    EngagementKind,
+    HomeItem,
+    HomeMode,
     Member,
     SearchHit,
     Segment,
@@ -57,17 +61,9 @@ def resolve_dsn(dsn: str | None = None, settings: Settings | None = None) -> str
 
 def connect(dsn: str | None = None, *, autocommit: bool = True) -> Connection:
     """Open a psycopg connection. Connection errors never carry the password, not even in
-    ``__cause__`` or ``__context__``."""
-    target = resolve_dsn(dsn)
-    try:
-        conn: Connection = psycopg.connect(target, autocommit=autocommit, row_factory=dict_row)
-    except psycopg.Error as exc:
-        message = scrub(str(exc).strip())
-    else:
-        return conn
-    # Raised outside the handler: psycopg's error keeps the failed connection, password
-    # included, in ``exc.pgconn``, and ``from None`` would still leave it in ``__context__``.
-    raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}")
+    ``__cause__`` or ``__context__`` (:func:`groundkit.dsn.connect`)."""
+    conn: Connection = dsn_connect(resolve_dsn(dsn), autocommit=autocommit, row_factory=dict_row)
+    return conn
 
 
 def _check_markers(snippet_start: object, snippet_end: object) -> None:
@@ -399,6 +395,56 @@ class Groundkit(Admin):
         return Citation.model_validate(
             {**rows[0], "object_id": object_id, "object_version": version, "chunk_seq": chunk_seq})
 
+    def home(
+        self,
+        reader_sub: str,
+        mode: HomeMode = "latest",
+        k: int = 20,
+        space_ids: Sequence[str] | None = None,
+        content_types: Sequence[str] | None = None,
+    ) -> list[HomeItem]:
+        """``reader_sub``'s home feed (``groundkit.home``): the newest objects they may see right
+        now (``latest``) or the most engaged with over the last ``config.home_top_days`` days,
+        ties by recency (``top``). One row per object, its current version."""
+        if mode not in ("latest", "top"):
+            raise InvalidArgument(f"unknown home mode {mode!r}; expected latest or top")
+        _check_k(k)
+        _check_filters(content_types, space_ids)
+        _no_nul(reader_sub=reader_sub, content_types=list(content_types or ()), space_ids=list(space_ids or ()))
+        rows = self._fetch(
+            "select * from groundkit.home(reader_sub => %(reader_sub)s, mode => %(mode)s, k => %(k)s,"
+            " space_ids => %(space_ids)s::text[], content_types => %(content_types)s::text[])",
+            {
+                "reader_sub": reader_sub, "mode": mode, "k": k,
+                "content_types": None if content_types is None else list(content_types),
+                "space_ids": None if space_ids is None else list(space_ids),
+            },
+        )
+        return [HomeItem.model_validate(r) for r in rows]
+
+    def record_engagement(
+        self,
+        object_id: str,
+        member_sub: str,
+        kind: EngagementKind,
+        at: datetime | None = None,
+        value: int | None = None,
+    ) -> None:
+        """Count one engagement event (``groundkit.record_engagement``): ``view``, ``click``,
+        ``reaction``, or ``dwell_ms`` with ``value`` milliseconds. An object ``member_sub`` may not
+        see right now raises :class:`~groundkit.errors.UnknownObject`, exactly as a missing one,
+        and counts nothing."""
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise InvalidArgument(f"value must be an integer (got {value!r})")
+        if at is not None and (not isinstance(at, datetime) or at.tzinfo is None):
+            raise InvalidArgument("at must be a timezone-aware datetime")
+        _no_nul(object_id=object_id, member_sub=member_sub, kind=kind)
+        self._fetch(
+            "select groundkit.record_engagement(object_id => %(object_id)s, member_sub => %(member_sub)s,"
+            " kind => %(kind)s, at => coalesce(%(at)s::timestamptz, now()), value => %(value)s::bigint)",
+            {"object_id": object_id, "member_sub": member_sub, "kind": kind, "at": at, "value": value},
+        )
+
     # -- the log and the derived state -----------------------------------------------------
 
     def snapshot_marker(self) -> int:
@@ -406,3 +452,18 @@ class Groundkit(Admin):
 
     def state_checksum(self) -> str:
         return str(self._scalar("select groundkit.state_checksum()", {}))
+
+
+def _check_k(k: object) -> None:
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise InvalidArgument(f"k must be between 1 and {MAX_K} (got {k!r})")
+
+
+def _check_filters(content_types: Sequence[str] | None, space_ids: Sequence[str] | None) -> None:
+    for name, seq in (("content_types", content_types), ("space_ids", space_ids)):
+        if isinstance(seq, str):
+            raise InvalidArgument(f"{name} must be a list of strings, not a string")
+    if content_types is not None:
+        unknown = [c for c in content_types if c not in CONTENT_TYPES]
+        if unknown:
+            raise UnknownContentType(f"unknown content_type {unknown[0]!r} in content_types")

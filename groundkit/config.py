@@ -44,7 +44,15 @@ class Settings(BaseModel):
         return cls.model_validate(values)
 
     def data_home(self) -> Path:
-        """Where groundkit keeps its embedded server: ``GROUNDKIT_HOME`` or the per-user data dir."""
-        if self.home is not None:
-            return self.home.expanduser().resolve()
-        return platformdirs.user_data_path("groundkit", appauthor=False)
+        """Where groundkit keeps its embedded server: ``GROUNDKIT_HOME`` or the per-user data dir.
+        A :class:`ConfigError` if that is something other than a directory."""
+        home = (self.home.expanduser().resolve() if self.home is not None
+                else platformdirs.user_data_path("groundkit", appauthor=False))
+        if home.exists() and not home.is_dir():
+            raise ConfigError(f"{self.home_source()} {home} is not a directory; "
+                              "groundkit keeps its embedded PostgreSQL in a directory there")
+        return home
+
+    def home_source(self) -> str:
+        """Where the data home comes from, for messages: the variable or the default."""
+        return "GROUNDKIT_HOME" if self.home is not None else "groundkit's default data directory"

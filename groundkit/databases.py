@@ -7,7 +7,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from groundkit.errors import DatabaseUnavailable, InvalidArgument, scrub
+from groundkit.dsn import connect, scrub
+from groundkit.errors import DatabaseUnavailable, InvalidArgument
 
 
 def fresh_database(server_dsn: str, name: str) -> str:
@@ -15,12 +16,13 @@ def fresh_database(server_dsn: str, name: str) -> str:
     if not name.startswith("groundkit_"):
         raise InvalidArgument(f"scratch database names start with 'groundkit_' (got {name!r})")
     ident = sql.Identifier(name)
+    conn = connect(server_dsn, autocommit=True)  # ConfigError / DatabaseUnavailable, no password
     try:
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
+        with conn:
             conn.execute(sql.SQL("drop database if exists {} with (force)").format(ident))
             conn.execute(sql.SQL("create database {}").format(ident))
     except psycopg.Error as exc:
-        problem = scrub(str(exc).strip())
+        problem = scrub(server_dsn, str(exc).strip())
     else:
         return make_conninfo(server_dsn, dbname=name)
     # Raised outside the handler, so that neither __cause__ nor __context__ holds psycopg's
@@ -29,5 +31,5 @@ def fresh_database(server_dsn: str, name: str) -> str:
 
 
 def drop_database(server_dsn: str, name: str) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
+    with connect(server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))

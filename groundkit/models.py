@@ -168,6 +168,25 @@ class OutdatedChunks(_Frozen):
     chunks: int
 
 
+HomeMode = Literal["latest", "top"]
+EngagementKind = Literal["view", "click", "reaction", "dwell_ms"]
+
+
+class HomeItem(_Frozen):
+    """One object of a reader's home feed (``groundkit.home``): its current version, when that
+    version was written, and its engagement score over the window (``top``; ``None`` for
+    ``latest``, 0.0 for the newest objects that fill ``top`` when fewer have engagement)."""
+
+    object_id: str
+    version: int
+    content_type: str
+    space_id: str
+    title: str
+    metadata: dict[str, Any] | None
+    updated_at: datetime
+    score: float | None = None
+
+
 class IndexStatus(_Frozen):
     """The search index's state (:meth:`groundkit.Groundkit.index_status`, ``groundkit status``).
 

@@ -32,9 +32,10 @@ as $$
      where a.n = 1 and a.status = 'active'
 $$;
 
--- THE permission predicate, in one place: the chunk, if the reader (of tier rank p_rank, as
--- groundkit._reader resolved it) may see it now, else no row. Every search path joins it
--- laterally per candidate chunk, inside its own ranking query.
+-- The permission predicate per chunk: the chunk, if the reader (of tier rank p_rank, as
+-- groundkit._reader resolved it) may see its object now (groundkit._visible_object,
+-- sql/059_visible.sql, the one predicate), else no row. Every search path joins it laterally per
+-- candidate chunk, inside its own ranking query.
 --
 -- Deliberately without `set search_path`: a SQL function with a SET clause is never inlined,
 -- and inlined is what keeps this a plain join in the caller's plan (index lookups per chunk,
@@ -48,19 +49,9 @@ language sql stable
 as $$
     select ch.object_id, ch.chunk_seq, ch.doc_len
       from groundkit.chunks ch
-      join groundkit.objects o on o.object_id = ch.object_id
-                              and o.version = ch.object_version and o.state = 'live'
-      join groundkit.tiers ot on ot.name = o.tier_visibility
-      join groundkit.spaces sp on sp.space_id = o.space_id
-      join groundkit.tiers st on st.name = sp.min_tier
+      join groundkit._visible_object(ch.object_id, p_rank, p_member, p_content_types, p_space_ids) o
+        on o.version = ch.object_version
      where ch.chunk_id = p_chunk_id
-       and p_rank >= ot.rank and p_rank >= st.rank
-       and (not sp.private
-            or exists (select 1 from groundkit.space_grants g
-                        where g.space_id = sp.space_id and g.member_sub = p_member))
-       and (not o.owner_only or o.owner_sub = p_member)
-       and (p_content_types is null or o.content_type = any (p_content_types))
-       and (p_space_ids is null or o.space_id = any (p_space_ids))
 $$;
 
 -- Whether search may say how it ran (raise debug): only to a session whose login is a member of

@@ -158,3 +158,20 @@ begin
     end if;
 end
 $grants$;
+
+-- The home feed (sql/080_home.sql): home reads like search, record_engagement writes counters.
+do $home$
+begin
+    alter function groundkit.home(text, text, integer, text[], text[])
+        security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.record_engagement(text, text, text, timestamptz, bigint)
+        security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant execute on function groundkit.home(text, text, integer, text[], text[]) to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+        grant execute on function groundkit.record_engagement(text, text, text, timestamptz, bigint)
+            to groundkit_writer;
+    end if;
+end
+$home$;

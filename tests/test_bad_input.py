@@ -7,7 +7,7 @@ import io
 import pytest
 
 from groundkit import Groundkit, InvalidArgument, UnknownContentType
-from groundkit.gate import bad_input
+from groundkit.gate import bad_dsns, bad_input
 from groundkit.gate.tap import Tap
 
 
@@ -17,6 +17,8 @@ def test_every_bad_input_is_rejected_clearly_and_changes_nothing(dsn: str) -> No
     bad_input._run(dsn, tap)
     assert tap.failed == [], out.getvalue()
     assert tap.tallies["bad_inputs_tried"] >= 120
+    dsn_checks = [r for r in tap.results if r.description.startswith("bad input: DSN (")]
+    assert len(dsn_checks) == len(bad_dsns.MALFORMED_DSNS) and all(r.ok for r in dsn_checks)
 
 
 def test_python_api_raises_typed_errors_not_pydantic_ones(gk: Groundkit) -> None:

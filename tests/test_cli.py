@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from psycopg.conninfo import make_conninfo
 from typer.testing import CliRunner
 
 from groundkit.cli import app
@@ -226,10 +227,13 @@ def test_ingest_streams_the_file(dsn: str, tmp_path: Path) -> None:
 
 
 def test_demo_runs_end_to_end(server_dsn: str) -> None:
-    """The main job: the demo on a real server, in its own database."""
-    result = runner.invoke(app, ["demo", "--dsn", server_dsn], env={"COLUMNS": "120"})
+    """The main job: the demo on a real server, in its own database. Its closing hint shows the
+    DSN without the password (the test server trusts local logins, so any password connects)."""
+    with_password = make_conninfo(server_dsn, password="Zx9DEMOSECRET")
+    result = runner.invoke(app, ["demo", "--dsn", with_password], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     out = result.output
+    assert "Zx9DEMOSECRET" not in out and "(with the password from PGPASSWORD or ~/.pgpass)" in out
     assert "Gone: " in out and "Wholesale vs commissions" in out
     assert "put_object(version 1) retried -> tombstoned" in out
     assert "checksum unchanged" in out.replace("\n", " ")

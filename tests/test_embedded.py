@@ -6,6 +6,7 @@ session's test server) and stop it at the end.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -168,3 +169,49 @@ def test_a_server_that_cannot_start_says_why(home: Settings) -> None:
     with pytest.raises(DatabaseUnavailable, match=r"could not start the embedded PostgreSQL in .*: \S+.*see"):
         embedded.ensure_server(home, quiet=True)
     assert not embedded.status(home).running
+
+
+# Another session's text, which the server's log holds (in an ERROR line) and nothing may print.
+OTHER_SESSION = "Zq8OTHERSESSIONTEXT"
+
+
+def _log_another_sessions_text(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn, pytest.raises(psycopg.errors.InvalidTextRepresentation):
+        conn.execute("select %s::int", (OTHER_SESSION,))
+
+
+def test_a_slow_start_says_where_the_server_log_is_without_printing_it(home: Settings) -> None:
+    """When its pg_ctl gives up after 10 s (a crash recovery that takes longer), the wheel logs the
+    server's whole log; with no logging configured, `groundkit db url` printed all of it (33,332
+    lines in one run, other sessions' statement text among them; issue 39, item 12). Now: a short
+    line that says where the log is, and the DSN once the server is up."""
+    _log_another_sessions_text(embedded.ensure_server(home, quiet=True))
+    pgdata = _start_slowly_next_time(home)
+    log = pgdata / "log"
+    assert OTHER_SESSION in log.read_text()
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUNDKIT_")}
+    env["GROUNDKIT_HOME"] = str(home.home)
+    proc = subprocess.run([str(Path(sys.executable).parent / "groundkit"), "db", "url"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert OTHER_SESSION not in proc.stdout + proc.stderr
+    assert f"The server log is {log}" in proc.stderr, proc.stderr[-3000:]
+    assert len(proc.stderr.splitlines()) <= 8, proc.stderr[-3000:]
+    assert _answers(proc.stdout.strip())
+
+
+def test_a_server_that_cannot_start_logs_where_its_log_is_not_the_log(home: Settings,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """The wheel's log records when the server fails to start carry the log's path, not its text."""
+    _log_another_sessions_text(embedded.ensure_server(home, quiet=True))
+    assert embedded.stop(home)
+    pgdata = embedded.data_dir(home)
+    conf = pgdata / "postgresql.auto.conf"
+    conf.write_text(conf.read_text() + "\nshared_buffers = 'plenty'\n")
+    with caplog.at_level(logging.DEBUG), pytest.raises(DatabaseUnavailable):
+        embedded.ensure_server(home, quiet=True)
+    messages = [record.getMessage() for record in caplog.records]
+    assert OTHER_SESSION in (pgdata / "log").read_text()
+    assert not [m for m in messages if OTHER_SESSION in m]
+    assert any(f"The server log is {pgdata / 'log'}" in m for m in messages), messages

@@ -274,6 +274,8 @@ def test_a_bound_login_searches_only_as_its_member(server_dsn: str, dsn: str) ->
                 with pytest.raises(ReaderNotAllowed) as err:
                     bound.search(other, "kiln")
                 assert err.value.sqlstate == "GK010"
+                with pytest.raises(ReaderNotAllowed):  # the citation of a hit: the same binding
+                    bound.fetch_citation(other, "p1", 1, 0)
         with psycopg.connect(who["bound"], autocommit=True) as conn:
             for stmt, params in (
                 ("select * from groundkit.search(reader_sub => %s, query => 'kiln')", ("bob",)),

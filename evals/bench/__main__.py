@@ -9,6 +9,7 @@
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
     snippets      the cost of search's snippets: groundkit.search with and without them
+    home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
@@ -22,6 +23,7 @@ from collections.abc import Callable, Sequence
 from evals.bench import (
     ab,
     chunking,
+    home,
     ingest,
     ingest_dir,
     profile,
@@ -42,6 +44,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
     "snippets": snippets.main,
+    "home": home.main,
     "telemetry": telemetry.main,
 }
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from functools import wraps
 from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from groundkit.errors import GroundkitError
 
@@ -27,6 +29,13 @@ DsnOption = Annotated[
 ]
 
 
+def print_error(exc: GroundkitError) -> None:
+    """``error [SQLSTATE]: message`` on stderr, one line however long (the message is not markup)."""
+    code = f" \\[{exc.sqlstate}]" if exc.sqlstate else ""
+    message = re.sub(r"\s*\n\s*", " ", exc.message.strip())  # libpq's messages span lines
+    err.print(f"[bold red]error{code}:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Show a GroundkitError as one line on stderr and exit 1, instead of a traceback."""
 
@@ -35,8 +44,7 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except GroundkitError as exc:
-            code = f" [{exc.sqlstate}]" if exc.sqlstate else ""
-            err.print(f"[bold red]error{code}:[/] {exc.message}", highlight=False, markup=True)
+            print_error(exc)
             raise typer.Exit(1) from None
 
     return wrapper

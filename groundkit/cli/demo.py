@@ -219,5 +219,9 @@ def demo(dsn: DsnOption = None) -> None:
         out.print(f"Rebuilt {rebuilt} objects from the log; derived-state checksum "
                   f"{'[green]unchanged[/]' if same else '[red]CHANGED[/]'} ({checksum[:16]}...).")
     out.print(Rule())
+    # the DSN without its password: a terminal's scrollback and a CI log are not for credentials
+    params = conninfo_to_dict(demo_dsn)
+    hidden = params.pop("password", None) is not None
     out.print("Try it yourself: [cyan]groundkit search --as tess 'pricing' --dsn "
-              f"'{make_conninfo(demo_dsn)}'[/]")
+              f"'{escape(make_conninfo('', **params))}'[/]"
+              + (" (with the password from PGPASSWORD or ~/.pgpass)" if hidden else ""))

@@ -21,8 +21,9 @@ A thin layer over the Python API. Results go to stdout; progress and errors go t
 as one line with their SQLSTATE, and exit status 1. Every command that talks to a database takes
 `--dsn`; without it `GROUNDKIT_DSN` is used, and without that the embedded PostgreSQL (started on
 first use; `GROUNDKIT_HOME` sets where its data lives). An unknown `GROUNDKIT_*` environment
-variable is an error at startup. Operating a deployment (the worker, status, upgrades, roles):
-[operations.md](operations.md).
+variable is an error at startup. No error shows a password: a DSN the driver cannot read is
+reported as malformed without being shown, and other connection errors show `***` in its place.
+Operating a deployment (the worker, status, upgrades, roles): [operations.md](operations.md).
 
 This page is generated from each command's `--help` (`python -m groundkit.cli.docs >
 docs/cli.md`); a test fails when it differs.
@@ -44,6 +45,7 @@ EXAMPLES: dict[str, str] = {
     "worker": "$ groundkit worker --every 60\n$ groundkit worker --once --json",
     "search": '$ groundkit search --as ana "price a commission" -k 5',
     "demo": "$ groundkit demo",
+    "home": "$ groundkit home --reader ana --mode top -k 10",
     "db url": "$ export GROUNDKIT_DSN=$(groundkit db url)",
     "db status": "$ groundkit db status",
     "db stop": "$ groundkit db stop",

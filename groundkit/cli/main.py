@@ -25,8 +25,9 @@ from groundkit.cli import config as config_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
-from groundkit.cli._common import DsnOption, err, handle_errors, out
+from groundkit.cli._common import DsnOption, err, handle_errors, out, print_error
 from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
@@ -48,6 +49,7 @@ app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
+app.command("home")(home_cli.home)
 
 
 @app.callback()
@@ -56,7 +58,7 @@ def _startup() -> None:
     try:
         Settings.from_env()
     except ConfigError as exc:
-        err.print(f"[bold red]error:[/] {exc.message}", highlight=False)
+        print_error(exc)
         raise typer.Exit(2) from None
 
 

@@ -1,4 +1,5 @@
-"""Bad input, tried through the Python API and straight through the SQL API.
+"""Bad input, tried through the Python API and straight through the SQL API (malformed DSNs:
+:mod:`~groundkit.gate.bad_dsns`).
 
 Each case must end in a clear, typed error (a :class:`~groundkit.errors.GroundkitError` subclass
 from Python; a ``GKnnn`` or data-exception SQLSTATE from SQL) or, for input that is merely
@@ -18,6 +19,7 @@ import psycopg
 
 from groundkit.client import Groundkit
 from groundkit.errors import GroundkitError, InvalidArgument, MigrationError, VersionConflict
+from groundkit.gate import bad_dsns
 from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
@@ -283,6 +285,7 @@ def _run(dsn: str, tap: Tap) -> None:
                       if outcome == "error" else f"hostile input: {case.name} -> answered, nothing changed",
                       problems, counts=Counts(bad_inputs_failed=1))
         _verbatim(gk, conn, tap)
+    bad_dsns.run_checks(tap)
 
 
 def _verbatim(gk: Groundkit, conn: psycopg.Connection[Any], tap: Tap) -> None:

