@@ -84,6 +84,13 @@ class ReaderNotAllowed(GroundkitError):
     sqlstate = "GK010"
 
 
+class Unauthenticated(GroundkitError):
+    """A request to the MCP or HTTP server without a valid bearer token: missing, unknown,
+    revoked or expired, all alike (GK014; HTTP 401)."""
+
+    sqlstate = "GK014"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -95,6 +102,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK008": PgvectorMissing,
     "GK009": UnknownObject,
     "GK010": ReaderNotAllowed,
+    "GK014": Unauthenticated,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

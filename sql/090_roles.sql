@@ -117,6 +117,10 @@ begin
         'groundkit.delete_object(text, bigint)',
         'groundkit.redact_object(text, bigint)',
         'groundkit.snapshot_marker()',
+        'groundkit.create_token(text, bytea, timestamp with time zone)',
+        'groundkit.revoke_tokens(text)',
+        'groundkit.token_member(bytea)',
+        'groundkit.schema_revision()',
         'groundkit.search_sampling(text)',
         'groundkit.record_sample(text, text, integer, integer, jsonb)',
         'groundkit.record_sample_engagement(uuid, text, text, double precision)'
@@ -134,6 +138,8 @@ begin
             groundkit.search(text, text, integer, text[], text[], text, text),
             groundkit.fetch_citation(text, text, bigint, integer)
         to groundkit_reader;
+        -- the MCP and HTTP servers map a bearer token to a member and report the revision (sql/080_serve.sql)
+        grant execute on function groundkit.token_member(bytea), groundkit.schema_revision() to groundkit_reader;
         -- the sampler the client runs with every search, and engagement on what it recorded
         grant execute on function
             groundkit.search_sampling(text),
@@ -153,7 +159,9 @@ begin
             groundkit.retier_object(text, bigint, text),
             groundkit.delete_object(text, bigint),
             groundkit.redact_object(text, bigint),
-            groundkit.snapshot_marker()
+            groundkit.snapshot_marker(),
+            groundkit.create_token(text, bytea, timestamp with time zone),
+            groundkit.revoke_tokens(text)
         to groundkit_writer;
     end if;
 end

@@ -116,6 +116,29 @@ def test_snippets_compares_search_with_and_without(server_dsn: str, capsys: pyte
     assert left == (0,)
 
 
+def test_http_load_runs_and_checks_every_answer(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["http", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "10", "--clients", "4",
+                 "--seconds", "1", "--pairs", "6"]) == 0
+    out = capsys.readouterr().out
+    row = re.search(r"\| 4 \| [0-9.]+ \| ([0-9,]+) \| [0-9,]+ \|.*\| ([0-9,]+) \| (\d+) \| (\d+) \|", out)
+    assert row is not None, out
+    assert int(row[1].replace(",", "")) > 0 and int(row[2].replace(",", "")) > 0
+    assert (row[3], row[4]) == ("0", "0")
+
+
+def test_http_load_counts_a_hit_outside_the_visible_set_as_a_leak() -> None:
+    from evals.bench.http import Tally
+
+    tally = Tally()
+    visible = {"r5": {"obj-1": 1}}
+    tally.judge("r5", 200, {"hits": [{"object_id": "obj-1", "object_version": 1}]}, visible)
+    assert not tally.leaks
+    tally.judge("r5", 200, {"hits": [{"object_id": "obj-2", "object_version": 1}]}, visible)
+    tally.judge("r5", 200, {"hits": [{"object_id": "obj-1", "object_version": 2}]}, visible)
+    tally.judge("r5", 503, {"code": "unavailable"}, visible)
+    assert len(tally.leaks) == 2 and len(tally.errors) == 1
+
+
 def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["telemetry", "--dsn", server_dsn, "--objects", "200", "--searches", "10", "--rounds", "1"]) == 0
     out = capsys.readouterr().out

@@ -10,6 +10,7 @@
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
+    http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
@@ -24,6 +25,7 @@ from evals.bench import (
     ab,
     chunking,
     home,
+    http,
     ingest,
     ingest_dir,
     profile,
@@ -45,6 +47,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "sidechannel": sidechannel.main,
     "snippets": snippets.main,
     "home": home.main,
+    "http": http.main,
     "telemetry": telemetry.main,
 }
 

@@ -53,6 +53,12 @@ EXAMPLES: dict[str, str] = {
     "config set-chunk-sizes": "$ groundkit config set-chunk-sizes transcript --chars 1000 --overlap 150",
     "eval quality": "$ groundkit eval quality --dataset data/scifact --arm groundkit --arm tantivy",
     "eval gate": "$ groundkit eval gate --embedded",
+    "serve mcp": "$ groundkit serve mcp --reader ana                 # stdio, for a local agent\n"
+                 "$ groundkit serve mcp --transport http --port 8001  # streamable HTTP at /mcp, bearer tokens",
+    "serve http": "$ groundkit serve http --port 8000\n"
+                  "$ curl -H \"Authorization: Bearer $TOKEN\" -d '{\"query\": \"pricing\"}' localhost:8000/v1/search",
+    "tokens create": "$ TOKEN=$(groundkit tokens create ana --expires 30d | tail -n 1)",
+    "tokens revoke": "$ groundkit tokens revoke ana\nrevoked 1 token(s) of ana",
 }
 
 

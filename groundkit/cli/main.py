@@ -27,6 +27,8 @@ from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
+from groundkit.cli import serve as serve_cli
+from groundkit.cli import tokens as tokens_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out, print_error
 from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
 from groundkit.client import Groundkit, resolve_dsn
@@ -47,6 +49,8 @@ app = typer.Typer(
 app.add_typer(db_cli.app, name="db")
 app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
+app.add_typer(serve_cli.app, name="serve")
+app.add_typer(tokens_cli.app, name="tokens")
 app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
 app.command("home")(home_cli.home)

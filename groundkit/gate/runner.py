@@ -12,6 +12,8 @@ Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
 - ``side_channels``: what a reader's search tells it (DEBUG lines, branches taken) about content
   it may not see: nothing.
 - ``home``: the home feed, engagement and the framework retrievers keep the live predicate.
+- ``surfaces``: the golden set again through the HTTP API and the MCP server, over loopback, as
+  each reader's bearer token (skipped, saying so, without the ``http`` and ``mcp`` extras).
 
 Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero.
 """
@@ -31,7 +33,8 @@ from groundkit.gate.golden import GoldenRun, load_golden, load_grid, real_search
 from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
-SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "side_channels", "home")
+SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "side_channels", "home",
+            "surfaces")
 
 
 class GateOptions(BaseModel):
@@ -116,7 +119,7 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
         runners["model"] = stateful.run_section
     except ImportError:
         pass
-    from groundkit.gate import bad_input, concurrency, faults, roles
+    from groundkit.gate import bad_input, concurrency, faults, roles, surfaces
 
     runners["concurrency"] = concurrency.run_section
     runners["faults"] = faults.run_section
@@ -129,6 +132,8 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
     from groundkit.gate import home
 
     runners["home"] = home.run_section
+
+    runners["surfaces"] = surfaces.run_section
     return runners
 
 

@@ -1,7 +1,7 @@
 """The production-traffic sampler: a fraction of searches recorded for labelling.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0019
+Revises: 0018
 Create Date: 2026-12-03
 
 - ``config.sample_rate``: the fraction of searches the Python client records (0, the default:
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0018"
-down_revision = "0017"
+revision = "0019"
+down_revision = "0018"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,87 @@
+"""``groundkit serve``: the MCP server and the HTTP retrieval API (optional extras)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+
+from groundkit.cli._common import DsnOption, err, handle_errors
+from groundkit.client import resolve_dsn
+from groundkit.errors import ConfigError, InvalidArgument
+from groundkit.serve.service import POOL_SIZE, POOL_TIMEOUT, ReadService
+
+app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as authenticated members.",
+                  no_args_is_help=True, rich_markup_mode="markdown")
+
+HostOption = Annotated[str, typer.Option(help="Interface to listen on.")]
+PoolSizeOption = Annotated[int, typer.Option(min=1, max=1000, help="Most database connections at once.")]
+PoolTimeoutOption = Annotated[float, typer.Option(
+    min=0.01, help="Seconds a request waits for a free connection before it gets a 503.")]
+
+
+class Transport(StrEnum):
+    stdio = "stdio"
+    http = "http"
+
+
+def _extra(module: str, extra: str) -> None:
+    try:
+        __import__(module)
+    except ImportError:
+        raise ConfigError(f"`groundkit serve` needs the {extra} extra: pip install 'groundkit[{extra}]'") from None
+
+
+@app.command()
+@handle_errors
+def mcp(
+    reader: Annotated[str | None, typer.Option(
+        help="The member every call reads as (stdio only; over http each request's token names it).")] = None,
+    transport: Annotated[Transport, typer.Option(help="stdio for a local agent; http for streamable HTTP at "
+                                                     "/mcp, with bearer tokens.")] = Transport.stdio,
+    host: HostOption = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port (http).")] = 8001,
+    pool_size: PoolSizeOption = POOL_SIZE,
+    pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    dsn: DsnOption = None,
+) -> None:
+    """Serve the MCP tools `search` and `home`, reading as the configured `--reader` (stdio) or as
+    the member of each request's bearer token (http; `groundkit tokens create`)."""
+    _extra("mcp", "mcp")
+    from groundkit.serve import mcp as mcp_server
+
+    if transport is Transport.stdio and not reader:
+        raise InvalidArgument("--reader is required over stdio: the member every call reads as")
+    if transport is Transport.http and reader:
+        raise InvalidArgument("--reader is for stdio; over http each request's bearer token names the member")
+    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout)
+    if transport is Transport.stdio:
+        assert reader is not None
+        mcp_server.run_stdio(service, reader)
+    else:
+        err.print(f"MCP over streamable HTTP at http://{host}:{port}/mcp", highlight=False)
+        mcp_server.run_http(service, host, port)
+
+
+@app.command()
+@handle_errors
+def http(
+    host: HostOption = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8000,
+    trust_header: Annotated[str | None, typer.Option(
+        help="Take the member from this header (e.g. X-Member) instead of a bearer token: only behind a proxy "
+             "that authenticates every request and sets the header itself.")] = None,
+    pool_size: PoolSizeOption = POOL_SIZE,
+    pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    dsn: DsnOption = None,
+) -> None:
+    """Serve the HTTP retrieval API (POST /v1/search, GET /v1/home, GET /healthz, GET /openapi.json),
+    reading as the member of each request's bearer token."""
+    _extra("uvicorn", "http")
+    import uvicorn
+
+    from groundkit.serve.http import create_app
+
+    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout)
+    uvicorn.run(create_app(service, trust_header=trust_header), host=host, port=port, log_level="warning")

@@ -1,0 +1,181 @@
+"""``groundkit serve mcp``: the MCP server, on the official SDK's low-level ``Server``.
+
+The low-level server, not ``MCPServer``: ``MCPServer`` builds each tool's input from the function's
+signature and ignores unknown arguments, while here each tool's input is one of the pydantic
+models in :mod:`groundkit.serve.models` (``extra="forbid"``), so a call that adds ``reader`` is
+refused. No tool takes a reader. Over stdio the member is the ``--reader`` the server was started
+with; over streamable HTTP, the member of each request's bearer token, checked by the ASGI layer
+below before the SDK sees the request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from pydantic import BaseModel
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from groundkit.errors import GroundkitError, Unauthenticated
+from groundkit.serve.models import HomeInput, HomeResult, SearchInput, SearchResult
+from groundkit.serve.service import ReadService, error_body, parse_input
+
+log = logging.getLogger("groundkit.serve")
+MEMBER_KEY = "groundkit_member"  # where the HTTP layer leaves the token's member, in the ASGI scope's state
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input: type[BaseModel]
+    output: type[BaseModel]
+    run: Callable[[ReadService, str, Any], BaseModel]
+
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec("search", "Search the community's content as the connected member: the top k chunks they may "
+             "see right now, ranked by BM25, with the fields to cite each one.",
+             SearchInput, SearchResult, lambda service, member, args: service.search(member, args)),
+    ToolSpec("home", "The connected member's home feed: the newest objects they may see (mode latest), or the "
+             "most engaged with over the last week (mode top).",
+             HomeInput, HomeResult, lambda service, member, args: service.home(member, args)),
+)
+
+
+def _tool(spec: ToolSpec) -> types.Tool:
+    return types.Tool(name=spec.name, description=spec.description,
+                      input_schema=spec.input.model_json_schema(),
+                      output_schema=spec.output.model_json_schema(mode="serialization"))
+
+
+def _failure(exc: BaseException) -> types.CallToolResult:
+    """A tool error whose text is the JSON error body ({"code": "GK005", "message": ...})."""
+    _status, body = error_body(exc)
+    return types.CallToolResult(content=[types.TextContent(type="text", text=body.model_dump_json())],
+                                is_error=True)
+
+
+def _http_member(ctx: ServerRequestContext[Any, Any]) -> str:
+    state = getattr(ctx.request, "scope", {}).get("state", {})
+    member = state.get(MEMBER_KEY)
+    if not isinstance(member, str):  # fail closed: a request that did not pass the token check
+        raise Unauthenticated("a valid bearer token is required")
+    return member
+
+
+def build_server(service: ReadService, reader: str | None) -> Server[Any]:
+    """The MCP server reading as ``reader`` (stdio), or as each HTTP request's token when None."""
+    by_name = {spec.name: spec for spec in TOOLS}
+
+    async def list_tools(ctx: ServerRequestContext[Any, Any],
+                         params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[_tool(spec) for spec in TOOLS])
+
+    async def call_tool(ctx: ServerRequestContext[Any, Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        spec = by_name.get(params.name)
+        if spec is None:
+            return _failure(GroundkitError(f"unknown tool {params.name!r}", sqlstate="GK005"))
+        try:
+            member = reader if reader is not None else _http_member(ctx)
+            args = parse_input(spec.input, params.arguments or {})
+            result = await anyio.to_thread.run_sync(spec.run, service, member, args)
+        except GroundkitError as exc:
+            return _failure(exc)
+        except Exception as exc:  # a tool error for the model, never a crash; the trace goes to the log
+            log.exception("unexpected error in tool %s", params.name)
+            return _failure(exc)
+        text = result.model_dump_json()
+        return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
+                                    structured_content=result.model_dump(mode="json"))
+
+    return Server("groundkit", version="1", instructions="Permission-correct retrieval: every tool reads as "
+                  "the connected member, and sees only what that member may see now.",
+                  on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+class BearerMember:
+    """ASGI middleware: an HTTP request without a valid bearer token gets a 401 with the JSON
+    error body; one with a valid token carries its member in the scope's state. The service's
+    pool opens and closes with the app's lifespan."""
+
+    def __init__(self, app: ASGIApp, service: ReadService) -> None:
+        self.app = app
+        self.service = service
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            await self.app(scope, self._opening(receive), send)
+            return
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        try:
+            member = await anyio.to_thread.run_sync(
+                self.service.member_for_token, token.strip() if scheme.lower() == "bearer" else None)
+        except Exception as exc:
+            await _send_error(send, exc)
+            return
+        scope.setdefault("state", {})[MEMBER_KEY] = member
+        await self.app(scope, receive, send)
+
+
+    def _opening(self, receive: Receive) -> Receive:
+        async def receive_and_open() -> Any:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.service.open()
+            elif message["type"] == "lifespan.shutdown":
+                self.service.close()
+            return message
+
+        return receive_and_open
+
+
+async def _send_error(send: Send, exc: BaseException) -> None:
+    status, body = error_body(exc)
+    payload = body.model_dump_json().encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
+
+
+def run_stdio(service: ReadService, reader: str) -> None:
+    from mcp.server.stdio import stdio_server
+
+    server = build_server(service, reader)
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    service.open()
+    try:
+        anyio.run(main)
+    finally:
+        service.close()
+
+
+def http_app(service: ReadService, host: str = "127.0.0.1") -> ASGIApp:
+    """The streamable HTTP app at /mcp, behind the bearer check."""
+    server = build_server(service, None)
+    return BearerMember(server.streamable_http_app(host=host), service)
+
+
+def run_http(service: ReadService, host: str, port: int) -> None:
+    import uvicorn
+
+    uvicorn.run(http_app(service, host), host=host, port=port, log_level="warning")
+
+

@@ -1,0 +1,69 @@
+"""The contracts of the MCP tools and the HTTP endpoints: one pydantic model per input and per
+result, shared by both surfaces. Inputs forbid unknown fields, so no request can name a reader.
+
+Results carry the client's own :class:`~groundkit.models.SearchHit` and
+:class:`~groundkit.models.HomeItem`, whole: a field added to it
+(citations, dense scores) reaches both surfaces with no change here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from groundkit.models import MAX_QUERY_CHARS, ContentType, HomeItem, SearchHit
+
+# Tighter than the library's MAX_K: a surface a model drives gets small pages.
+MAX_SURFACE_K = 50
+
+
+class _Input(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class SearchInput(_Input):
+    """A search as the authenticated reader: BM25 over what they may see right now."""
+
+    query: str = Field(max_length=MAX_QUERY_CHARS, description="Plain text; no search syntax.")
+    k: int = Field(default=10, ge=1, le=MAX_SURFACE_K, description="How many chunks.")
+    content_types: tuple[ContentType, ...] | None = Field(default=None, max_length=6,
+                                                          description="Only these content types.")
+    space_ids: tuple[str, ...] | None = Field(default=None, max_length=100, description="Only these spaces.")
+
+
+class HomeInput(_Input):
+    """The reader's home: the newest visible objects, or the most engaged-with this week."""
+
+    mode: Literal["latest", "top"] = "latest"
+    k: int = Field(default=20, ge=1, le=MAX_SURFACE_K)
+
+
+class SearchResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    hits: tuple[SearchHit, ...]
+
+
+class HomeResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    items: tuple[HomeItem, ...]
+
+
+class ErrorBody(BaseModel):
+    """Every error of both surfaces: the GK code (``unavailable`` or ``internal`` when none
+    applies) and a message that never holds a DSN or a stack trace."""
+
+    model_config = ConfigDict(frozen=True)
+
+    code: str
+    message: str
+
+
+class Health(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    database: Literal["ok", "unavailable"]
+    revision: str | None = None
+    expected_revision: str

@@ -1,0 +1,134 @@
+"""What both servers do per request, over one bounded connection pool: map a bearer token to a
+member, then read as that member. Every read is one call of the SQL API, so the permission
+predicate runs at each call and a downgrade counts from the next one. Nothing about members is
+cached here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row
+from pydantic import BaseModel, ValidationError
+
+from groundkit import tokens
+from groundkit.client import Groundkit
+from groundkit.errors import (
+    DatabaseUnavailable,
+    GroundkitError,
+    InvalidArgument,
+    MigrationError,
+    Unauthenticated,
+    UnknownObject,
+    from_psycopg,
+)
+from groundkit.serve.models import ErrorBody, Health, HomeInput, HomeResult, SearchInput, SearchResult
+
+_M = TypeVar("_M", bound=BaseModel)
+
+POOL_SIZE = 10
+POOL_TIMEOUT = 5.0  # seconds a request waits for a connection before it gets a 503
+
+
+class Busy(DatabaseUnavailable):
+    """No pooled connection came free in time (HTTP 503)."""
+
+
+class ReadService:
+    """A psycopg_pool of at most ``pool_size`` connections to ``dsn``; a request that waits
+    longer than ``pool_timeout`` seconds for one raises :class:`Busy`."""
+
+    def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT) -> None:
+        from psycopg_pool import ConnectionPool
+
+        self.pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
+            dsn, min_size=1, max_size=pool_size, timeout=pool_timeout, open=False, name="groundkit-serve",
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            connection_class=psycopg.Connection[dict[str, Any]],
+        )
+        self._expected = _head_revision()
+
+    def open(self) -> None:
+        # not waiting: the server starts (and /healthz answers 503) while the database is down
+        self.pool.open(wait=False)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def groundkit(self) -> Iterator[Groundkit]:
+        from psycopg_pool import PoolTimeout
+
+        try:
+            with self.pool.connection() as conn:
+                yield Groundkit(conn)
+        except PoolTimeout:
+            raise Busy("no database connection came free in time; try again") from None
+        except psycopg.Error as exc:  # (raised by the pool's own checks, outside a Groundkit call)
+            raise from_psycopg(exc) from None
+
+    def member_for_token(self, token: str | None) -> str:
+        """The member a bearer token stands for; Unauthenticated when there is none."""
+        if token:
+            with self.groundkit() as gk:
+                member = tokens.token_member(gk, token)
+            if member is not None:
+                return member
+        raise Unauthenticated("a valid bearer token is required (groundkit tokens create MEMBER)")
+
+    def search(self, member: str, request: SearchInput) -> SearchResult:
+        with self.groundkit() as gk:
+            hits = gk.search(member, request.query, k=request.k, content_types=request.content_types,
+                             space_ids=request.space_ids)
+        return SearchResult(hits=tuple(hits))
+
+    def home(self, member: str, request: HomeInput) -> HomeResult:
+        with self.groundkit() as gk:
+            items = gk.home(member, request.mode, k=request.k)
+        return HomeResult(items=tuple(items))
+
+    def health(self) -> Health:
+        try:
+            with self.groundkit() as gk:
+                revision = gk._scalar("select groundkit.schema_revision()", {})
+        except GroundkitError:
+            return Health(database="unavailable", expected_revision=self._expected)
+        return Health(database="ok", revision=revision, expected_revision=self._expected)
+
+
+def _head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    from groundkit.migrate import _alembic_config
+
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    return head or ""
+
+
+def parse_input(model: type[_M], data: object) -> _M:
+    """``data`` as the input model; a bad field is InvalidArgument (GK005) naming the field, never
+    echoing the value."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
+        raise InvalidArgument(problems) from None
+
+
+def error_body(exc: BaseException) -> tuple[int, ErrorBody]:
+    """The HTTP status and JSON body for an error. A database that is down, busy or not migrated
+    is a 503 with a fixed message (its own message may name hosts); anything unexpected a 500."""
+    if isinstance(exc, Unauthenticated):
+        return 401, ErrorBody(code="GK014", message=exc.message)
+    if isinstance(exc, UnknownObject):
+        return 404, ErrorBody(code="GK009", message=exc.message)
+    if isinstance(exc, Busy):
+        return 503, ErrorBody(code="unavailable", message=exc.message)
+    if isinstance(exc, DatabaseUnavailable | MigrationError):
+        return 503, ErrorBody(code="unavailable", message="the database is unavailable or not migrated")
+    if isinstance(exc, GroundkitError) and exc.sqlstate and exc.sqlstate.startswith("GK"):
+        return 400, ErrorBody(code=exc.sqlstate, message=exc.message)
+    return 500, ErrorBody(code="internal", message="internal error")

@@ -1,0 +1,173 @@
+"""The MCP server with the SDK's own client: over stdio (``groundkit serve mcp`` spawned as a
+subprocess) and over streamable HTTP on loopback (uvicorn in a thread), with bearer tokens."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import httpx
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent
+
+from groundkit import Groundkit, tokens
+from groundkit.serve.background import serving
+from groundkit.serve.mcp import http_app
+from groundkit.serve.service import ReadService
+
+T = TypeVar("T")
+GROUNDKIT = Path(sys.executable).with_name("groundkit")
+
+
+@pytest.fixture
+def world(community: Groundkit) -> Groundkit:
+    community.put_object("open-1", 1, "board_post", "open", "T0", "Glazing", "Glazing kilns and pricing commissions")
+    community.put_object("members-1", 1, "board_post", "members", "T1", "Pricing", "Pricing commissions for members")
+    community.put_object("vault-1", 1, "document", "vault", "T2", "Rates", "Private rates for pricing commissions")
+    return community
+
+
+def _ids(result: CallToolResult) -> set[str]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return {h["object_id"] for h in result.structured_content["hits"]}
+
+
+def _error(result: CallToolResult) -> dict[str, Any]:
+    assert result.is_error
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    body: dict[str, Any] = json.loads(block.text)
+    return body
+
+
+def _stdio(dsn: str, reader: str, session: Callable[[Client], Awaitable[T]]) -> T:
+    params = StdioServerParameters(command=str(GROUNDKIT), args=["serve", "mcp", "--reader", reader, "--dsn", dsn])
+
+    async def main() -> T:
+        async with Client(params) as client:
+            return await session(client)
+
+    return anyio.run(main)
+
+
+def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groundkit) -> None:
+    async def session(client: Client) -> None:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == {"search", "home"}
+        schema = tools["search"].input_schema
+        assert set(schema["properties"]) == {"query", "k", "content_types", "space_ids"}
+        assert schema["additionalProperties"] is False
+        assert schema["properties"]["k"]["maximum"] == 50
+        assert tools["search"].output_schema is not None
+
+        # the configured reader (t1): the members' board, not the private one
+        assert _ids(await client.call_tool("search", {"query": "pricing commissions"})) == {"open-1", "members-1"}
+        hit = (await client.call_tool("search", {"query": "pricing", "k": 1})).structured_content
+        assert hit is not None and {"object_id", "object_version", "chunk_seq", "score"} <= set(hit["hits"][0])
+
+        # out of bounds: a clear tool error with the GK code, and the server goes on
+        for bad, field in (({"query": "x", "k": 51}, "k"), ({"query": "x" * 4097}, "query"),
+                           ({"query": "x", "content_types": ["nope"]}, "content_types")):
+            error = _error(await client.call_tool("search", bad))
+            assert error["code"] == "GK005" and field in error["message"]
+        # naming another reader is refused by the input model, whatever the name
+        for name in ("reader", "reader_sub", "member_sub"):
+            error = _error(await client.call_tool("search", {"query": "pricing", name: "t2"}))
+            assert error["code"] == "GK005" and name in error["message"]
+        assert _ids(await client.call_tool("search", {"query": "pricing commissions"})) == {"open-1", "members-1"}
+
+        home = await client.call_tool("home", {"mode": "latest", "k": 10})
+        assert not home.is_error and home.structured_content is not None
+        assert {i["object_id"] for i in home.structured_content["items"]} == {"open-1", "members-1"}
+        assert _error(await client.call_tool("home", {"mode": "hot"}))["code"] == "GK005"
+        assert "reader" in _error(await client.call_tool("home", {"reader": "t2"}))["message"]
+
+    _stdio(dsn, "t1", session)
+
+
+def test_stdio_downgrade_counts_from_the_next_call(dsn: str, world: Groundkit) -> None:
+    async def session(client: Client) -> None:
+        assert "vault-1" in _ids(await client.call_tool("search", {"query": "pricing commissions"}))
+        world.put_member("t2", "T1")
+        assert _ids(await client.call_tool("search", {"query": "pricing commissions"})) == {"open-1", "members-1"}
+        world.put_member("t2", "T2", "revoked")
+        assert _ids(await client.call_tool("search", {"query": "pricing commissions"})) == set()
+
+    _stdio(dsn, "t2", session)
+
+
+@pytest.fixture
+def mcp_url(dsn: str, world: Groundkit) -> Iterator[str]:
+    with serving(http_app(ReadService(dsn, pool_size=4))) as url:
+        yield f"{url}/mcp"
+
+
+async def _http_session(url: str, token: str | None, session: Callable[[Client], Awaitable[T]]) -> T:
+    headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+    async with create_mcp_http_client(headers=headers) as http, \
+            Client(streamable_http_client(url, http_client=http)) as client:
+        return await session(client)
+
+
+async def _search_pricing(client: Client) -> set[str]:
+    return _ids(await client.call_tool("search", {"query": "pricing commissions"}))
+
+
+def test_http_valid_token_reads_as_its_member(mcp_url: str, world: Groundkit) -> None:
+    t1, t2 = tokens.create_token(world, "t1"), tokens.create_token(world, "t2")
+    assert anyio.run(_http_session, mcp_url, t1, _search_pricing) == {"open-1", "members-1"}
+    assert anyio.run(_http_session, mcp_url, t2, _search_pricing) == {"open-1", "members-1", "vault-1"}
+
+
+@pytest.mark.parametrize("token", [None, "gk_wrong", "not-a-token"])
+def test_http_missing_or_wrong_token_is_refused(mcp_url: str, token: str | None) -> None:
+    with pytest.raises(BaseExceptionGroup) as refused:  # the SDK's error for the 401, from its task group
+        anyio.run(_http_session, mcp_url, token, _search_pricing)
+    assert refused.group_contains(MCPError)
+    # what the client got: a 401 with the GK code as JSON
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    r = httpx.post(mcp_url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, headers=headers)
+    assert r.status_code == 401 and r.json()["code"] == "GK014"
+
+
+def test_http_revoked_token_and_downgrade_count_from_the_next_call(mcp_url: str, world: Groundkit) -> None:
+    token = tokens.create_token(world, "t2")
+
+    async def session(client: Client) -> None:
+        assert "vault-1" in await _search_pricing(client)
+        world.put_member("t2", "T1")
+        assert await _search_pricing(client) == {"open-1", "members-1"}
+        world.put_member("t2", "T2", "suspended")
+        assert await _search_pricing(client) == set()
+        world.put_member("t2", "T2")
+        assert "vault-1" in await _search_pricing(client)
+        tokens.revoke_tokens(world, "t2")
+        with pytest.raises(MCPError):  # the SDK's error for the 401
+            await client.call_tool("search", {"query": "pricing"})
+
+    anyio.run(_http_session, mcp_url, token, session)
+    r = httpx.post(mcp_url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                   headers={"Authorization": f"Bearer {token}"})
+    assert r.status_code == 401 and r.json()["code"] == "GK014"
+
+
+def test_cli_needs_a_reader_over_stdio_and_refuses_one_over_http(dsn: str) -> None:
+    from typer.testing import CliRunner
+
+    from groundkit.cli import app
+
+    runner = CliRunner()
+    no_reader = runner.invoke(app, ["serve", "mcp", "--dsn", dsn])
+    assert no_reader.exit_code == 1 and "--reader is required" in no_reader.stderr
+    http_reader = runner.invoke(app, ["serve", "mcp", "--transport", "http", "--reader", "t1", "--dsn", dsn])
+    assert http_reader.exit_code == 1 and "bearer token" in http_reader.stderr
