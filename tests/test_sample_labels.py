@@ -49,6 +49,7 @@ def test_export_writes_candidates_with_text_at_the_sampled_version(sampled: Grou
     assert set(t2) == {"a", "b", "c", "d"}
     assert t2["d"]["object_version"] == 1
     assert t2["d"]["content"] == "pricing table from last year"  # the log at version 1, not the chunk now
+    assert t2["a"]["content"] == "How to price a commission for a client"  # a board post: its own text
     assert all(c["relevance"] is None for c in t2.values())
     assert "t2" not in json.dumps(lines[1])  # the reader is nowhere in the file
     assert [c["position"] for c in lines[1]["candidates"]] == [1, 2, 3, 4]
@@ -150,3 +151,21 @@ def test_quality_labels_with_a_bad_grade_is_an_error(sampled: Groundkit, dsn: st
     result = runner.invoke(app, ["eval", "quality", "--labels", str(path), "--dsn", dsn])
     assert result.exit_code == 1
     assert "bad.jsonl:1" in result.output
+
+
+def test_export_text_is_what_search_returned_for_every_content_type(community: Groundkit, dsn: str,
+                                                                    tmp_path: Path) -> None:
+    gk = community
+    long_body = "\n\n".join(f"## Part {i}\n\nKiln firing notes, part {i}: " + "cone six glaze kiln " * 40
+                            for i in range(4))
+    gk.put_object("md", 1, "course_section", "open", "T0", "Kilns", "# Kilns\n\n" + long_body)
+    gk.put_object("tr", 1, "transcript", "open", "T0", "Kiln talk", "",
+                  segments=[{"text": f"  kiln segment {i} about firing  ", "start_ms": i * 1000,
+                             "end_ms": i * 1000 + 900} for i in range(60)])
+    gk.put_object("bp", 1, "board_post", "open", "T0", "Kiln question", "Which kiln for a small studio?")
+    gk.set_sample_rate(1)
+    hits = gk.search("t1", "kiln", k=50)
+    assert {h.content_type for h in hits} == {"course_section", "transcript", "board_post"}
+    (line,) = _export(dsn, tmp_path)
+    assert [(c["object_id"], c["chunk_seq"], c["content"]) for c in line["candidates"]] == [
+        (h.object_id, h.chunk_seq, h.content) for h in hits]
