@@ -71,6 +71,8 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "config set-bm25": [["1.2", "0.5"]],
         "config set-chunk-sizes": [["document", "--chars", "1200"]],
         "cite": [["o1", "1", "0", "--as", "m1"]],
+        "config set-sample-rate": [["0.1"]],
+        "eval export-samples": [["--out", str(tmp / "samples.jsonl")]],
     }
 
 
