@@ -12,6 +12,7 @@
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
+    telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -33,6 +34,7 @@ from evals.bench import (
     search,
     sidechannel,
     snippets,
+    telemetry,
     unmaintained,
 )
 
@@ -49,6 +51,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "home": home.main,
     "http": http.main,
     "costs": costs.main,
+    "telemetry": telemetry.main,
 }
 
 
