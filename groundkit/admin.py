@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg import sql
 
-from groundkit import maintenance
+from groundkit import maintenance, telemetry
 from groundkit.errors import InvalidArgument
 from groundkit.models import Due, IndexStatus, OutdatedChunks, WorkerHeartbeat
 from groundkit.session import Progress, Session, no_nul, validated
@@ -30,8 +30,9 @@ class Admin(Session):
         """One pass of whatever is due (see :func:`groundkit.maintenance.maintain`): resume or
         run a recompute of the impacts, merge the pending part, analyze after growth, vacuum what
         it rewrote. Returns what it did and how long each step took."""
-        return maintenance.maintain(self, analyze_growth=analyze_growth, reindex_at=reindex_at,
-                                    progress=progress)
+        with telemetry.span("maintenance.maintain"):
+            return maintenance.maintain(self, analyze_growth=analyze_growth, reindex_at=reindex_at,
+                                        progress=progress)
 
     def due(self, *, analyze_growth: float = maintenance.ANALYZE_GROWTH,
             reindex_at: float = maintenance.REINDEX_DRIFT) -> tuple[Due, ...]:
@@ -51,7 +52,10 @@ class Admin(Session):
         """Recompute every derived view from the log in one statement (readers and writers wait
         for it); returns the number of objects. ``progress(done, total)`` is called after each
         batch of a thousand objects, from the server's DEBUG messages, while the statement runs."""
-        return self._with_progress("rebuild", "select groundkit.rebuild()", {}, progress)
+        with telemetry.span("maintenance.rebuild") as current:
+            n = self._with_progress("rebuild", "select groundkit.rebuild()", {}, progress)
+            telemetry.set_attributes(current, objects=n)
+            return n
 
     def analyze_postings(self, min_postings: int | None = None, progress: Progress | None = None,
                          reindex_at: float | None = maintenance.REINDEX_DRIFT) -> int:
@@ -75,9 +79,12 @@ class Admin(Session):
             if reindex_at <= 0 or self.index_status().reindex_due(reindex_at):
                 self.reindex_impacts()
         self.merge_pending()
-        return self._with_progress("analyze_postings",
-                                   "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
-                                   {"min_postings": min_postings}, progress)
+        with telemetry.span("maintenance.analyze") as current:
+            n = self._with_progress("analyze_postings",
+                                    "select groundkit.analyze_postings(min_postings => %(min_postings)s)",
+                                    {"min_postings": min_postings}, progress)
+            telemetry.set_attributes(current, lists=n)
+            return n
 
     def merge_pending(self) -> int:
         """Move the pending part, the postings of chunks written one object at a time
@@ -86,7 +93,10 @@ class Admin(Session):
         postings moved. Writers merge it themselves every ``groundkit.config.pending_merge_chunks``
         chunks; :meth:`maintain` merges it on every pass. Search answers are the same before and
         after. Waits for a merge in progress; writers that replace or move chunks wait for it."""
-        return int(self._scalar("select groundkit.merge_pending()", {}))
+        with telemetry.span("maintenance.merge") as current:
+            n = int(self._scalar("select groundkit.merge_pending()", {}))
+            telemetry.set_attributes(current, postings=n)
+            return n
 
     def postings_growth(self) -> float:
         """How far the chunks have grown since the last :meth:`analyze_postings` (or

@@ -11,16 +11,17 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
+from uuid import UUID
 
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from groundkit import runs
+from groundkit import runs, telemetry
 from groundkit.admin import Admin
 from groundkit.config import Settings
 from groundkit.dsn import connect as dsn_connect
-from groundkit.errors import InvalidArgument, UnknownContentType
+from groundkit.errors import GroundkitError, InvalidArgument, UnknownContentType
 from groundkit.maintenance import REINDEX_DRIFT, REINDEX_STEP_POSTINGS
 from groundkit.models import (
     CONTENT_TYPES,
@@ -88,6 +89,10 @@ class Groundkit(Admin):
     transaction. Pass a connection in a transaction to make calls part of your own.
     """
 
+    #: the sample id of the last :meth:`search` if the sampler recorded it, else ``None``
+    #: (``groundkit.config.sample_rate``; docs/telemetry.md)
+    last_sample_id: UUID | None = None
+
     @classmethod
     def connect(cls, dsn: str | None = None) -> Groundkit:
         return cls(connect(dsn))
@@ -152,15 +157,20 @@ class Groundkit(Admin):
         except (TypeError, ValueError) as exc:
             raise InvalidArgument(f"metadata must be JSON: {exc}") from None
         params["metadata"] = Jsonb(obj.metadata)
-        status = self._scalar(
+        with telemetry.span("ingest.put_object", content_type=obj.content_type) as current:
+            status = self._put_one(params)
+            telemetry.set_attributes(current, status=status)
+        return WriteResult(object_id=obj.object_id, version=obj.version, status=WriteStatus(status))
+
+    def _put_one(self, params: dict[str, Any]) -> str:
+        return str(self._scalar(
             "select groundkit.put_object(object_id => %(object_id)s, version => %(version)s,"
             " content_type => %(content_type)s, space_id => %(space_id)s,"
             " tier_visibility => %(tier_visibility)s, title => %(title)s, body => %(body)s,"
             " owner_sub => %(owner_sub)s, owner_only => %(owner_only)s,"
             " segments => %(segments)s, metadata => %(metadata)s)",
             params,
-        )
-        return WriteResult(object_id=obj.object_id, version=obj.version, status=WriteStatus(status))
+        ))
 
     def put_object(
         self,
@@ -206,7 +216,9 @@ class Groundkit(Admin):
             payload.append(obj.model_dump(mode="json"))
         if not payload:
             return []
-        rows = self._fetch("select * from groundkit.put_objects(objects => %(objects)s)", {"objects": Jsonb(payload)})
+        with telemetry.span("ingest.put_objects", objects=len(payload)):
+            rows = self._fetch("select * from groundkit.put_objects(objects => %(objects)s)",
+                               {"objects": Jsonb(payload)})
         return [WriteResult(object_id=r["object_id"], version=r["version"], status=WriteStatus(r["status"]))
                 for r in rows]
 
@@ -268,18 +280,76 @@ class Groundkit(Admin):
         _check_markers(snippet_start, snippet_end)
         _no_nul(reader_sub=reader_sub, query=query, content_types=list(content_types or ()),
                 space_ids=list(space_ids or ()), snippet_start=snippet_start, snippet_end=snippet_end)
-        rows = self._fetch(
-            "select * from groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
-            " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[],"
-            " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s)",
-            {
-                "reader_sub": reader_sub, "query": query, "k": k,
-                "content_types": None if content_types is None else list(content_types),
-                "space_ids": None if space_ids is None else list(space_ids),
-                "snippet_start": snippet_start, "snippet_end": snippet_end,
-            },
-        )
-        return [SearchHit.model_validate(r) for r in rows]
+        params = {
+            "reader_sub": reader_sub, "query": query, "k": k,
+            "content_types": None if content_types is None else list(content_types),
+            "space_ids": None if space_ids is None else list(space_ids),
+            "snippet_start": snippet_start, "snippet_end": snippet_end,
+        }
+        self.last_sample_id = None
+        with telemetry.span("search", mode="bm25", k=k, query=query, reader=reader_sub) as current:
+            # the sampler's draw and the reader's tier rank in the search's own statement and
+            # snapshot (sql/077_samples.sql says why the search cannot record itself)
+            rows = self._fetch(
+                "select m.sample as _sample, m.tier_rank as _tier_rank, h.*"
+                "  from groundkit.search_sampling(%(reader_sub)s) m"
+                "  left join lateral groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
+                " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[],"
+                " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s) h on true"
+                " order by h.score desc, h.object_id, h.chunk_seq",
+                params,
+            )
+            sample, tier_rank = rows[0].pop("_sample"), rows[0].pop("_tier_rank")
+            for row in rows[1:]:
+                del row["_sample"], row["_tier_rank"]
+            hits = [SearchHit.model_validate(r) for r in rows if r["object_id"] is not None]
+            telemetry.set_attributes(current, hits=len(hits), reader_tier_rank=tier_rank)
+            self.last_sample_id = self._record_sample(query, "bm25", k, tier_rank, hits) if sample else None
+        telemetry.add_hits(len(hits), mode="bm25")
+        return hits
+
+    def _record_sample(self, query: str, mode: str, k: int, tier_rank: int | None,
+                       hits: Sequence[SearchHit]) -> UUID | None:
+        """Record a drawn search (``groundkit.record_sample``) in a savepoint of the caller's
+        transaction, or its own; in a read-only transaction or on a standby, nothing (the search
+        still answers)."""
+        payload = [{"object_id": h.object_id, "object_version": h.object_version, "chunk_seq": h.chunk_seq,
+                    "score": h.score, "char_start": h.char_start, "char_end": h.char_end, "chunker": h.chunker}
+                   for h in hits]
+        try:
+            with self._errors(), self.conn.transaction(), self.conn.cursor() as cur:
+                cur.execute("select groundkit.record_sample(%(query)s, %(mode)s, %(k)s, %(rank)s, %(hits)s) as id",
+                            {"query": query, "mode": mode, "k": k, "rank": tier_rank, "hits": Jsonb(payload)})
+                row = cur.fetchone()
+        except GroundkitError as exc:
+            if exc.sqlstate == "25006":  # read_only_sql_transaction
+                return None
+            raise
+        return None if row is None else UUID(str(row["id"]))
+
+    def record_sample_engagement(self, sample_id: UUID | str, object_id: str, kind: str,
+                                 value: float | None = None) -> None:
+        """Record an engagement with a hit of a sampled search (:attr:`last_sample_id`): a
+        ``click`` (no value) or a ``dwell_ms`` (milliseconds). An object that is not among that
+        sample's hits, an unknown sample or kind, or a value that does not fit the kind raise
+        :class:`InvalidArgument` (GK005) and record nothing."""
+        try:
+            sid = sample_id if isinstance(sample_id, UUID) else UUID(str(sample_id))
+        except ValueError:
+            raise InvalidArgument(f"sample_id must be a UUID (got {sample_id!r})") from None
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InvalidArgument(f"value must be a number (got {value!r})")
+        _no_nul(object_id=object_id, kind=kind)
+        self._fetch("select groundkit.record_sample_engagement(%(sid)s, %(object_id)s, %(kind)s, %(value)s)",
+                    {"sid": sid, "object_id": object_id, "kind": kind,
+                     "value": None if value is None else float(value)})
+
+    def set_sample_rate(self, rate: float) -> float:
+        """Record this fraction of searches (``config.sample_rate``, 0 to 1; 0, the default,
+        records none). The schema owner's call."""
+        if isinstance(rate, bool) or not isinstance(rate, int | float):
+            raise InvalidArgument(f"sample_rate must be a number between 0 and 1 (got {rate!r})")
+        return float(self._scalar("select groundkit.set_sample_rate(%(rate)s)", {"rate": float(rate)}))
 
     def stored_objects(self, object_ids: Sequence[str]) -> dict[str, StoredObject]:
         """The current row of each of ``object_ids`` that exists, by id (reads

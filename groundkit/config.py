@@ -18,6 +18,8 @@ KNOWN_ENV = {
     "GROUNDKIT_HOME": "home",
     "GROUNDKIT_PRICES": "prices",
     "GROUNDKIT_TEST_DSN": "test_dsn",
+    # read by groundkit.telemetry on its first span: query,reader (docs/telemetry.md)
+    "GROUNDKIT_TELEMETRY_INCLUDE": "telemetry_include",
 }
 
 
@@ -30,6 +32,7 @@ class Settings(BaseModel):
     home: Path | None = None
     prices: Path | None = None  # the price table (groundkit.prices), validated with the settings
     test_dsn: str | None = None
+    telemetry_include: str | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:

@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from groundkit import telemetry
 from groundkit.client import Groundkit
 from groundkit.errors import (
     DatabaseUnavailable,
@@ -243,6 +244,14 @@ def run(gk: Groundkit, dsn: str | None, plan: Plan, options: IngestOptions,
     """Load and write ``plan.files`` on ``options.jobs`` connections of their own; find the
     objects whose files are gone (deleting them with ``options.delete_missing``). Returns the
     report (JSON Lines files not included) and the ids this run wrote."""
+    with telemetry.span("ingest.run", files=len(plan.files), jobs=options.jobs) as current:
+        report, written = _run(gk, dsn, plan, options, advance)
+        telemetry.set_attributes(current, written=len(written), failed=len(report.failed))
+    return report, written
+
+
+def _run(gk: Groundkit, dsn: str | None, plan: Plan, options: IngestOptions,
+         advance: Callable[[str], None] | None) -> tuple[IngestReport, list[str]]:
     started = time.monotonic()
     report = IngestReport(skipped=[PathReason(path=p, reason=r) for p, r in plan.skipped])
     if plan.files and (options.space_id is None or options.tier is None):

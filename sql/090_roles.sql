@@ -125,7 +125,10 @@ begin
         'groundkit.schema_revision()',
         'groundkit.record_call(text, text, text, bigint, bigint, numeric, text, uuid, text)',
         'groundkit.cost_summary(timestamptz, text)',
-        'groundkit.add_flow(text)'
+        'groundkit.add_flow(text)',
+        'groundkit.search_sampling(text)',
+        'groundkit.record_sample(text, text, integer, integer, jsonb)',
+        'groundkit.record_sample_engagement(uuid, text, text, double precision)'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
     end loop;
@@ -142,6 +145,12 @@ begin
         to groundkit_reader;
         -- the MCP and HTTP servers map a bearer token to a member and report the revision (sql/080_serve.sql)
         grant execute on function groundkit.token_member(bytea), groundkit.schema_revision() to groundkit_reader;
+        -- the sampler the client runs with every search, and engagement on what it recorded
+        grant execute on function
+            groundkit.search_sampling(text),
+            groundkit.record_sample(text, text, integer, integer, jsonb),
+            groundkit.record_sample_engagement(uuid, text, text, double precision)
+        to groundkit_reader;
     end if;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
         grant usage on schema groundkit to groundkit_writer;

@@ -157,3 +157,11 @@ def test_runs_times_a_run_around_a_search(server_dsn: str, capsys: pytest.Captur
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
         left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_runs_%'").fetchone()
     assert left == (0,)
+
+
+def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["telemetry", "--dsn", server_dsn, "--objects", "200", "--searches", "10", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    for arm in ("bare", "none", "api", "sdk"):
+        assert f"\n{arm} " in out or out.startswith(f"{arm} ")
+    assert "telemetry.span() entered and left without the package" in out

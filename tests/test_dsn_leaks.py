@@ -88,6 +88,8 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "tokens revoke": [["m1"]],
         "costs": [[], ["--json"]],
         "config add-flow": [["support"]],
+        "config set-sample-rate": [["0.1"]],
+        "eval export-samples": [["--out", str(tmp / "samples.jsonl")]],
     }
 
 

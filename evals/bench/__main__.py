@@ -13,6 +13,7 @@
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
+    telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -35,6 +36,7 @@ from evals.bench import (
     search,
     sidechannel,
     snippets,
+    telemetry,
     unmaintained,
 )
 
@@ -52,6 +54,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "http": http.main,
     "costs": costs.main,
     "runs": runs.main,
+    "telemetry": telemetry.main,
 }
 
 

@@ -63,3 +63,16 @@ def add_flow(
     with Groundkit.connect(dsn) as gk:
         added = _add_flow(gk, flow)
     out.print(f"flow {flow} added" if added else f"flow {flow} was there already", highlight=False)
+
+
+@app.command("set-sample-rate")
+@handle_errors
+def set_sample_rate(
+    rate: Annotated[float, typer.Argument(help="The fraction of searches to record, 0 to 1 (0: none, the default).")],
+    dsn: DsnOption = None,
+) -> None:
+    """Record this fraction of searches in groundkit.search_samples (query, mode, hits, the
+    reader's tier rank, never the reader), for `groundkit eval export-samples`."""
+    with Groundkit.connect(dsn) as gk:
+        now = gk.set_sample_rate(rate)
+    out.print(f"sample_rate {now:g}" + ("" if now else ": no search is recorded"), highlight=False)

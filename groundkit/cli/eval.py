@@ -24,8 +24,8 @@ app.command("gate")(eval_gate.gate)
 @app.command()
 @handle_errors
 def quality(
-    dataset: Annotated[Path, typer.Option(help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
-                                          "or a Cranfield folder.", exists=True, file_okay=False)],
+    dataset: Annotated[Path | None, typer.Option(help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
+                                                 "or a Cranfield folder.", exists=True, file_okay=False)] = None,
     arm: Annotated[list[str] | None, typer.Option(help="Arms to run (repeatable). Default: all of "
                                                   "groundkit, ts_rank_cd, fts5, tantivy, bm25s.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per arm, one per line.")] = False,
@@ -34,11 +34,27 @@ def quality(
         "collection (BEIR SciFact, NFCorpus); exit 1 when one is off by more than --tolerance.")] = False,
     tolerance: Annotated[float, typer.Option(help="With --reference: the largest allowed difference in "
                                              "nDCG@10 and R@100.", min=0.0)] = 0.01,
+    labels: Annotated[Path | None, typer.Option(
+        help="Instead: score the current search against a labelled file from `groundkit eval export-samples`, "
+        "per tier rank, with the leak check (docs/telemetry.md).", exists=True, dir_okay=False)] = None,
+    reader: Annotated[list[str] | None, typer.Option(
+        help="With --labels: RANK=MEMBER searches as that member for that tier rank (repeatable). Default: a "
+        "synthetic member of a tier of that rank, no grants, rolled back.")] = None,
     dsn: DsnOption = None,
 ) -> None:
-    """nDCG@10, recall@10, recall@100 and MRR@10 of groundkit and reference BM25 engines."""
+    """nDCG@10, recall@10, recall@100 and MRR@10 of groundkit and reference BM25 engines
+    (--dataset), or of the current search against labelled samples (--labels)."""
     from groundkit.quality.harness import ALL_ARMS, run_quality
 
+    if labels is not None:
+        if dataset is not None or arm or reference:
+            raise InvalidArgument("--labels takes no --dataset, --arm or --reference")
+        _labels(labels, _readers(reader or []), as_json, dsn)
+        return
+    if reader:
+        raise InvalidArgument("--reader goes with --labels")
+    if dataset is None:
+        raise InvalidArgument("give --dataset (a collection) or --labels (a labelled samples file)")
     if reference:
         if arm:
             raise InvalidArgument("--reference runs the reference engines; it takes no --arm")
@@ -98,4 +114,63 @@ def _reference(dataset: Path, tolerance: float, as_json: bool) -> None:
     if off:
         err.print(f"[bold red]{len(off)} reference arm(s) off their known numbers by more than {tolerance}:[/] "
                   f"{', '.join(off)}", highlight=False)
+        raise typer.Exit(1)
+
+
+@app.command("export-samples")
+@handle_errors
+def export_samples(
+    out_file: Annotated[Path, typer.Option("--out", help="The JSONL file to write (replaced).", dir_okay=False)],
+    since: Annotated[str, typer.Option(help="Samples taken within this long: 30d, 12h, 2w.")] = "30d",
+    dsn: DsnOption = None,
+) -> None:
+    """Write sampled searches (groundkit config set-sample-rate) as a labelling file: one JSON
+    line per search with its query, tier rank and candidates, each with its text at the sampled
+    version (null if redacted since), clicks, dwell and an empty `relevance` slot to fill."""
+    from groundkit.client import Groundkit
+    from groundkit.quality.samples import export_samples as export
+    from groundkit.quality.samples import parse_since
+
+    window = parse_since(since)
+    with Groundkit.connect(dsn) as gk, out_file.open("w", encoding="utf-8") as f:
+        n = export(gk, window, f)
+    out.print(f"wrote {n} sample(s) to {out_file}", highlight=False)
+
+
+def _readers(pairs: list[str]) -> dict[int, str]:
+    readers: dict[int, str] = {}
+    for pair in pairs:
+        rank, sep, member = pair.partition("=")
+        if not sep or not rank.strip().lstrip("-").isdigit() or not member:
+            raise InvalidArgument(f"--reader takes RANK=MEMBER, such as 2=alice (got {pair!r})")
+        readers[int(rank)] = member
+    return readers
+
+
+def _labels(path: Path, readers: dict[int, str], as_json: bool, dsn: str | None) -> None:
+    from groundkit.client import Groundkit
+    from groundkit.quality.samples import as_json as report_json
+    from groundkit.quality.samples import score_labels
+
+    with Groundkit.connect(dsn) as gk:
+        report = score_labels(gk, path, readers)
+    if as_json:
+        for row in report_json(report):
+            sys.stdout.write(json.dumps(row) + "\n")
+    else:
+        table = Table(title=f"{path.name}: the current search against the labels, per tier rank")
+        for col in ("tier rank", "reader", "queries", "nDCG@10", "R@10", "R@100", "MRR@10"):
+            table.add_column(col, justify="left" if col == "reader" else "right")
+        for r in report.ranks:
+            table.add_row(str(r.tier_rank), r.reader, str(r.queries), f"{r.ndcg_10:.3f}", f"{r.recall_10:.3f}",
+                          f"{r.recall_100:.3f}", f"{r.mrr_10:.3f}")
+        out.print(table)
+        for n in report.not_visible:
+            what = "RETURNED though not visible" if n.returned else "not visible now, not scored"
+            out.print(f"rank {n.tier_rank} sample {n.sample_id}: {n.object_id} {what} ({n.why})", highlight=False)
+        if report.skipped:
+            err.print(f"{len(report.skipped)} labelled line(s) not scored: " + "; ".join(report.skipped[:5])
+                      + (" ..." if len(report.skipped) > 5 else ""), highlight=False)
+    if report.leaks:
+        err.print(f"[bold red]{len(report.leaks)} hit(s) returned that the check says the reader may not see[/]")
         raise typer.Exit(1)

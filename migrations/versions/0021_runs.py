@@ -1,7 +1,7 @@
 """Runs: what an AI flow read, pinned, so that it can be replayed (docs/runs.md).
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-03
 
 - ``runs``: one row per run event (its header: flow, reader, model and prompt versions, tokens,
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0020"
-down_revision = "0019"
+revision = "0021"
+down_revision = "0020"
 branch_labels = None
 depends_on = None
 
@@ -75,7 +75,7 @@ create table groundkit.run_searches (
 
 alter table groundkit.locks drop constraint locks_name_check;
 alter table groundkit.locks add constraint locks_name_check
-    check (name in ('pending', 'redact', 'reindex', 'tier_rank', 'engagement', 'runs_prune'));  -- (0017 added engagement)
+    check (name in ('pending', 'redact', 'reindex', 'tier_rank', 'engagement', 'runs_prune'));
 insert into groundkit.locks (name) values ('runs_prune');
 """
     )
