@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import uuid
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from decimal import Decimal
 from types import TracebackType
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import psycopg
 from psycopg.types.json import Jsonb
 
+from groundkit import telemetry
 from groundkit.errors import InvalidArgument, from_psycopg
 from groundkit.models import (
     MAX_K,
@@ -92,6 +94,8 @@ class Run:
         self._in_tx = False  # the run's transaction is open
         self._begin = self._commit = ""
         self._rollback: tuple[str, ...] = ()
+        self._span: AbstractContextManager[Any] = contextlib.nullcontext()
+        self._span_current: Any = None
 
     # -- the transaction -------------------------------------------------------------------
     # A run's statements go out in pipelines (psycopg's pipeline mode): BEGIN with the first
@@ -108,20 +112,33 @@ class Run:
         self._commit = "release savepoint gk_run" if outer else "commit"
         self._rollback = ("rollback to savepoint gk_run", "release savepoint gk_run") if outer else ("rollback",)
         self._entered = True
+        # the run's span (groundkit.telemetry; a no-op without OpenTelemetry): flow tags the
+        # spans opened inside it
+        self._span = telemetry.span("run", flow=self.flow, model=self.model, prompt_version=self.prompt_version)
+        self._span_current = self._span.__enter__()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> Literal[False]:
+        try:
+            self._finish(exc_type, exc)
+        except BaseException as failed:
+            self._span.__exit__(type(failed), failed, failed.__traceback__)
+            raise
+        self._span.__exit__(exc_type, exc, tb)
+        return False
+
+    def _finish(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
+        """Write the header and commit; on failure roll the whole run back."""
         try:
             self._pipeline([] if self._in_tx else [self._begin], _RECORD, self._header(exc_type), [self._commit])
         except BaseException as failed:
             self._abort()  # the whole run rolls back: nothing recorded
             if exc is None:
                 raise (from_psycopg(failed) if isinstance(failed, psycopg.Error) else failed) from None
-            return False  # the body's exception goes on
+            return  # the body's exception goes on; nothing was recorded
         finally:
             self._in_tx = False
-        return False
 
     def _header(self, exc_type: type[BaseException] | None) -> dict[str, Any]:
         return {"run_id": self.id, "flow": self.flow, "reader": self.reader, "model": self.model,
@@ -208,7 +225,9 @@ class Run:
                     self._session.conn.execute("release savepoint gk_run_search")
             raise from_psycopg(exc) from exc
         self._in_tx = True
-        return [SearchHit.model_validate(r) for r in rows]
+        hits = [SearchHit.model_validate(r) for r in rows]
+        telemetry.add_hits(len(hits), mode="bm25", flow=self.flow)
+        return hits
 
     def context(self, hits: Sequence[SearchHit], budget_tokens: int, **options: Any) -> AssembledContext:
         """:func:`groundkit.context.assemble_context` of ``hits``; the run records its citation ids."""
