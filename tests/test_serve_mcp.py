@@ -96,8 +96,10 @@ def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groun
         cited = await client.call_tool("fetch_citation", {"object_id": "open-1", "version": 1, "chunk_seq": 0})
         assert not cited.is_error and cited.structured_content is not None
         assert cited.structured_content["citation"]["context"] == "Glazing kilns and pricing commissions"
-        hidden = _error(await client.call_tool("fetch_citation", {"object_id": "vault-1", "version": 1, "chunk_seq": 0}))
-        missing = _error(await client.call_tool("fetch_citation", {"object_id": "nope", "version": 1, "chunk_seq": 0}))
+        hidden = _error(await client.call_tool("fetch_citation",
+                                               {"object_id": "vault-1", "version": 1, "chunk_seq": 0}))
+        missing = _error(await client.call_tool("fetch_citation",
+                                                {"object_id": "nope", "version": 1, "chunk_seq": 0}))
         assert hidden == missing and hidden["code"] == "GK009"
         assert "reader" in _error(await client.call_tool(
             "fetch_citation", {"object_id": "open-1", "version": 1, "chunk_seq": 0, "reader": "t2"}))["message"]
