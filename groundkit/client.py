@@ -7,6 +7,7 @@ process, so what another connection commits counts from the next call.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -16,7 +17,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from groundkit import telemetry
+from groundkit import runs, telemetry
 from groundkit.admin import Admin
 from groundkit.config import Settings
 from groundkit.dsn import connect as dsn_connect
@@ -33,6 +34,9 @@ from groundkit.models import (
     HomeItem,
     HomeMode,
     Member,
+    Replay,
+    RunDiffRow,
+    RunSummary,
     SearchHit,
     Segment,
     Space,
@@ -453,6 +457,31 @@ class Groundkit(Admin):
     def state_checksum(self) -> str:
         return str(self._scalar("select groundkit.state_checksum()", {}))
 
+
+    # -- runs (docs/runs.md) ------------------------------------------------------------------
+
+    def run(self, flow: str, reader: str, model: str | None = None, prompt_version: str | None = None,
+            run_id: uuid.UUID | str | None = None) -> runs.Run:
+        """A run: ``with gk.run(flow="tutor", reader="alice") as run: run.search(...)``. Every
+        search it makes is recorded with its hits, pinned, in one transaction (docs/runs.md)."""
+        return runs.Run(self, flow=flow, reader=reader, model=model, prompt_version=prompt_version,
+                        run_id=run_id)
+
+    def replay(self, run_id: uuid.UUID | str, reader: str | None = None) -> Replay:
+        """The chunk texts and citations run ``run_id`` saw, rebuilt from the log at the pinned
+        versions, and what became of each object since. ``reader``: the reader you act as (your
+        own runs); a groundkit_auditor (or the owner) may replay anyone's."""
+        return runs.replay(self, run_id, reader)
+
+    def runs(self, flow: str | None = None, reader: str | None = None, since: datetime | None = None,
+             limit: int = 1000) -> list[RunSummary]:
+        return runs.list_runs(self, flow=flow, reader=reader, since=since, limit=limit)
+
+    def diff_runs(self, run_a: uuid.UUID | str, run_b: uuid.UUID | str, reader: str | None = None) -> list[RunDiffRow]:
+        return runs.diff_runs(self, run_a, run_b, reader)
+
+    def prune_runs(self, before: datetime) -> int:
+        return runs.prune_runs(self, before)
 
 def _check_k(k: object) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:

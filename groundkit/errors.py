@@ -101,6 +101,12 @@ class UnknownFlow(InvalidArgument):
     sqlstate = "GK011"
 
 
+class UnknownRun(InvalidArgument):
+    """A run id that names no recorded run (GK012)."""
+
+    sqlstate = "GK012"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -113,6 +119,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK009": UnknownObject,
     "GK010": ReaderNotAllowed,
     "GK011": UnknownFlow,
+    "GK012": UnknownRun,
     "GK014": Unauthenticated,
 }
 

@@ -292,3 +292,101 @@ class WorkerHeartbeat(_Frozen):
     last_result: dict[str, Any] | None
     last_error: str | None
     stopped_at: datetime | None
+
+
+# -- runs (docs/runs.md) -------------------------------------------------------------------
+
+RunHitStatus = Literal["current", "newer version", "retiered", "deleted", "redacted"]
+
+
+class RunHeader(_Frozen):
+    """A recorded run's header (``groundkit.runs``): who read, in which flow, with which model
+    and prompt versions, what it cost, the log's marker and the transaction snapshot when it
+    was recorded, and the error class if it raised."""
+
+    run_id: str
+    flow: str
+    reader_sub: str
+    reader_tier: str | None
+    reader_status: str | None
+    model: str | None
+    prompt_version: str | None
+    started_at: datetime | None
+    recorded_at: datetime
+    log_marker: int | None
+    snapshot: str | None
+    tokens_in: int
+    tokens_out: int
+    cost: float | None
+    unpriced: int
+    llm_calls: tuple[dict[str, Any], ...]
+    context: tuple[Any, ...]
+    error_class: str | None
+
+
+class ReplayHit(_Frozen):
+    """One chunk a run saw, rebuilt from the log at the pinned version and chunker version.
+    ``content`` is ``None`` when the object was redacted since (``redacted``), or when today's
+    chunker cannot make that chunk again (``verified`` false). ``now`` says what became of the
+    object since the run."""
+
+    search_no: int
+    query: str
+    hit_no: int
+    object_id: str
+    object_version: int
+    chunk_seq: int
+    score: float
+    content_type: str | None
+    title: str | None
+    content: str | None
+    start_ms: int | None
+    end_ms: int | None
+    char_start: int | None
+    char_end: int | None
+    heading_path: tuple[str, ...] | None
+    chunker: str | None
+    chunker_version: str | None
+    redacted: bool
+    verified: bool
+    now: RunHitStatus
+
+
+class Replay(_Frozen):
+    run: RunHeader
+    hits: tuple[ReplayHit, ...]
+
+
+class RunSummary(_Frozen):
+    """One line of ``groundkit runs list``."""
+
+    run_id: str
+    flow: str
+    reader_sub: str
+    reader_tier: str | None
+    model: str | None
+    prompt_version: str | None
+    recorded_at: datetime
+    searches: int
+    hits: int
+    tokens_in: int
+    tokens_out: int
+    cost: float | None
+    unpriced: int
+    error_class: str | None
+
+
+class RunDiffRow(_Frozen):
+    """A hit that entered, left, moved or stayed between two runs' searches of the same number,
+    and why when the log can say (``new version``, ``re-tier``, ``delete``, ``redaction``,
+    ``reader tier A -> B``)."""
+
+    search_no: int
+    change: Literal["entered", "left", "moved", "same"]
+    object_id: str
+    chunk_seq: int
+    version_a: int | None
+    version_b: int | None
+    rank_a: int | None
+    rank_b: int | None
+    why: str | None

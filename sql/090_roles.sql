@@ -7,7 +7,9 @@
 --   groundkit_writer  may call the write and membership functions. NOLOGIN.
 --   groundkit_reader  may call groundkit.search and groundkit.fetch_citation and nothing else:
 --                     no SELECT on chunks, the log or members, so it cannot go around the
---                     permission predicate. NOLOGIN.
+--                     permission predicate; and record, replay and diff its readers' own
+--                     runs (the runs block below). NOLOGIN.
+--   groundkit_auditor may list, replay and diff every reader's runs, and read the spend. NOLOGIN.
 --
 -- Apps log in as their own roles and are granted one of these (`grant groundkit_reader to app_api`).
 -- Roles are cluster-wide: they are created once, guarded by existence checks, and a migrate that
@@ -18,7 +20,7 @@ do $roles$
 declare
     r text;
 begin
-    foreach r in array array['groundkit_owner', 'groundkit_writer', 'groundkit_reader'] loop
+    foreach r in array array['groundkit_owner', 'groundkit_writer', 'groundkit_reader', 'groundkit_auditor'] loop
         if not exists (select 1 from pg_catalog.pg_roles where rolname = r) then
             begin
                 execute format('create role %I nologin', r);
@@ -196,3 +198,41 @@ begin
     end if;
 end
 $home$;
+
+-- Runs (sql/085_runs.sql, docs/runs.md): a reader records, replays and diffs its own runs (the
+-- functions check whose); the auditor lists, replays and diffs anyone's. prune_runs is granted
+-- to nobody: the owner's alone.
+do $runs$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.run_search(uuid, integer, text, text, text, integer, text[], text[], text, text)',
+        'groundkit.record_run(uuid, text, text, text, text, timestamptz, jsonb, jsonb, text)',
+        'groundkit.replay_run(uuid, text)',
+        'groundkit.run_header(uuid, text)',
+        'groundkit.list_runs(text, text, timestamptz, integer)',
+        'groundkit.diff_runs(uuid, uuid, text)'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant execute on function
+            groundkit.run_search(uuid, integer, text, text, text, integer, text[], text[], text, text),
+            groundkit.record_run(uuid, text, text, text, text, timestamptz, jsonb, jsonb, text),
+            groundkit.replay_run(uuid, text),
+            groundkit.run_header(uuid, text),
+            groundkit.diff_runs(uuid, uuid, text)
+        to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function
+            groundkit.replay_run(uuid, text),
+            groundkit.run_header(uuid, text),
+            groundkit.list_runs(text, text, timestamptz, integer),
+            groundkit.diff_runs(uuid, uuid, text)
+        to groundkit_auditor;
+    end if;
+end
+$runs$;

@@ -149,6 +149,16 @@ def test_costs_runs_every_grouping_and_drops_its_database(server_dsn: str, capsy
     assert left == (0,)
 
 
+def test_runs_times_a_run_around_a_search(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runs", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "8", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| reader | search p50 / mean | run p50 / mean | overhead p50 / mean |" in out, out
+    assert len(re.findall(r"\| r(100|50|5) \| [0-9.]+ / [0-9.]+ \|", out)) == 3, out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_runs_%'").fetchone()
+    assert left == (0,)
+
+
 def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["telemetry", "--dsn", server_dsn, "--objects", "200", "--searches", "10", "--rounds", "1"]) == 0
     out = capsys.readouterr().out

@@ -62,6 +62,9 @@ def _objects(path: Path) -> Path:
     return path
 
 
+RUN_ID = "3f0c7c2e-8d5b-4c61-9a4e-0d6f5b1e2a11"
+
+
 @pytest.fixture(scope="module")
 def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list[str]]]:
     """Each command that takes a DSN: the argument lists to run it with (without the DSN)."""
@@ -90,6 +93,10 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "config add-flow": [["support"]],
         "config set-sample-rate": [["0.1"]],
         "eval export-samples": [["--out", str(tmp / "samples.jsonl")]],
+        "replay": [[RUN_ID], [RUN_ID, "--json"]],
+        "runs list": [[], ["--json"]],
+        "runs diff": [[RUN_ID, RUN_ID]],
+        "runs prune": [["--before", "2026-01-01"]],
     }
 
 

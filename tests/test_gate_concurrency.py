@@ -21,5 +21,6 @@ def test_killed_backends_and_clients_leave_whole_objects(dsn: str) -> None:
     tap = Tap(out)
     faults._run(dsn, tap, ops=("put", "redact"), tables=("content_log", "chunks", "term_stats"))
     assert tap.failed == [], out.getvalue()
-    assert len(tap.results) == 8
+    assert len(tap.results) == 9
     assert "client killed after writing inside an open transaction" in out.getvalue()
+    assert "client killed in the middle of a run: none of the run is recorded" in out.getvalue()

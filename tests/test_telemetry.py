@@ -191,3 +191,17 @@ print('ok')
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "ok"
+
+
+def test_run_span_wraps_a_run_and_tags_its_search_with_the_flow(community: Groundkit,
+                                                                 spans: InMemorySpanExporter) -> None:
+    community.put_object("k1", 1, "board_post", "open", "T0", "Kilns", "kiln firing schedule")
+    with community.run(flow="tutor", reader="t1", model="m-1") as run:
+        run.search("kiln")
+    (span,) = _named(spans, "groundkit.run")
+    assert span.attributes is not None
+    assert (span.attributes["groundkit.flow"], span.attributes["groundkit.model"]) == ("tutor", "m-1")
+    with pytest.raises(KeyError), community.run(flow="tutor", reader="t1"):
+        raise KeyError("the app failed")
+    failed = _named(spans, "groundkit.run")[-1]
+    assert failed.status.status_code == StatusCode.ERROR

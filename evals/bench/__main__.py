@@ -11,6 +11,7 @@
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
+    runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
 
@@ -31,6 +32,7 @@ from evals.bench import (
     ingest,
     ingest_dir,
     profile,
+    runs,
     search,
     sidechannel,
     snippets,
@@ -51,6 +53,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "home": home.main,
     "http": http.main,
     "costs": costs.main,
+    "runs": runs.main,
     "telemetry": telemetry.main,
 }
 

@@ -28,6 +28,7 @@ from groundkit.cli import demo as demo_cli
 from groundkit.cli import eval as eval_cli
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
+from groundkit.cli import runs as runs_cli
 from groundkit.cli import serve as serve_cli
 from groundkit.cli import tokens as tokens_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out, print_error
@@ -56,6 +57,8 @@ app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
 app.command("home")(home_cli.home)
 app.command("costs")(costs_cli.costs)
+app.command("replay")(runs_cli.replay)
+app.add_typer(runs_cli.app, name="runs")
 
 
 @app.callback()

@@ -13,6 +13,9 @@ the tables before it. Then:
   finishes or abandons the statement, and the object must be wholly at its old or wholly at
   its new version.
 
+- the client process is SIGKILLed in the middle of a run (``gk.run``), after a search: the run
+  is recorded whole or not at all, never its searches without their header.
+
 After each: no partial chunks, no orphan postings, no log row without its views
 (:mod:`groundkit.gate.integrity`), and the derived state equals a rebuild from the log.
 """
@@ -107,6 +110,17 @@ def _whole(admin: psycopg.Connection[Any]) -> list[str]:
         problems.append("derived state is not a function of the log (checksum changed across rebuild)")
     return problems
 
+_RUN_VICTIM = r"""
+import sys, time
+from groundkit import Groundkit
+gk = Groundkit.connect(sys.argv[1])
+gk.conn.execute("set application_name = 'gk-gate-victim'")
+with gk.run(flow="tutor", reader="m") as run:
+    run.search("kiln glaze", k=5)
+    print(run.id, flush=True)
+    time.sleep(120)
+"""
+
 
 def _new_object(gk: Groundkit, object_id: str, merged: bool = False) -> None:
     gk.put_object(object_id, 1, "document", "s", "T0", "v1", BODY)
@@ -131,6 +145,7 @@ def _run(dsn: str, tap: Tap, ops: tuple[str, ...] = OPS, tables: tuple[str, ...]
                 _terminate_case(dsn, gk, admin, tap, op, table)
         _client_kill_in_transaction(dsn, gk, admin, tap)
         _client_kill_while_blocked(dsn, gk, admin, tap)
+        _client_kill_mid_run(dsn, admin, tap)
 
 
 def _terminate_case(dsn: str, gk: Groundkit, admin: psycopg.Connection[Any], tap: Tap, op: str, table: str) -> None:
@@ -235,4 +250,29 @@ def _client_kill_while_blocked(dsn: str, gk: Groundkit, admin: psycopg.Connectio
     problems += _whole(admin)
     tap.check(not problems, f"client killed while its autocommit write waited on a lock: object wholly at "
               f"version {version} ({'the server finished the statement' if version == 2 else 'rolled back'})",
+              problems, counts=Counts(integrity=len(problems)))
+
+
+def _client_kill_mid_run(dsn: str, admin: psycopg.Connection[Any], tap: Tap) -> None:
+    """A client SIGKILLed inside ``gk.run``, after its search was recorded: nothing of the run stays."""
+    proc = subprocess.Popen([sys.executable, "-c", _RUN_VICTIM, dsn], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    problems = []
+    run_id = ""
+    try:
+        assert proc.stdout is not None
+        run_id = proc.stdout.readline().strip()
+        if not run_id:
+            problems.append("the victim client did not search inside its run")
+    finally:
+        _kill(proc)
+    if not _wait(admin, lambda: _victim_pid(admin) is None):
+        problems.append("the server kept the killed client's backend")
+    if run_id:
+        row = admin.execute("select (select count(*) from groundkit.runs where run_id::text = %(r)s) as runs,"
+                            " (select count(*) from groundkit.run_searches where run_id::text = %(r)s) as searches",
+                            {"r": run_id}).fetchone()
+        if row != {"runs": 0, "searches": 0}:
+            problems.append(f"a killed run left {row}")
+    tap.check(not problems, "client killed in the middle of a run: none of the run is recorded (whole or none)",
               problems, counts=Counts(integrity=len(problems)))

@@ -27,6 +27,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
+from groundkit.client import Groundkit
 from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
@@ -57,7 +58,8 @@ with acl as (
 select concat_ws('  ', case when acl.grantee = 0 then 'PUBLIC' else pg_catalog.pg_get_userbyid(acl.grantee) end,
                  acl.kind, acl.object, acl.privilege_type) as line
   from acl
- where acl.grantee = 0 or pg_catalog.pg_get_userbyid(acl.grantee) in ('groundkit_reader', 'groundkit_writer')
+ where acl.grantee = 0
+    or pg_catalog.pg_get_userbyid(acl.grantee) in ('groundkit_reader', 'groundkit_writer', 'groundkit_auditor')
 union all
 select concat_ws('  ', 'security definer', p.oid::regprocedure::text,
                  'owner=' || pg_catalog.pg_get_userbyid(p.proowner),
@@ -100,16 +102,19 @@ class Logins:
     reader: str
     writer: str
     nobody: str
+    auditor: str
 
 
 @contextmanager
 def login_roles(admin_dsn: str, db_dsn: str) -> Iterator[Logins]:
-    """Non-superuser login roles (members of groundkit_reader / groundkit_writer / nothing),
+    """Non-superuser login roles (members of groundkit_reader / groundkit_writer / nothing /
+    groundkit_auditor),
     dropped afterwards. Yields DSNs for ``db_dsn``'s database."""
     token = secrets.token_hex(4)
     password = secrets.token_urlsafe(18)
-    names = {kind: f"gk_gate_{token}_{kind}" for kind in ("reader", "writer", "nobody")}
-    member_of = {"reader": "groundkit_reader", "writer": "groundkit_writer", "nobody": None}
+    names = {kind: f"gk_gate_{token}_{kind}" for kind in ("reader", "writer", "nobody", "auditor")}
+    member_of = {"reader": "groundkit_reader", "writer": "groundkit_writer", "nobody": None,
+                 "auditor": "groundkit_auditor"}
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         try:
             for kind, name in names.items():
@@ -241,6 +246,7 @@ def _run(admin_dsn: str, dsn: str, tap: Tap) -> None:
         _locks_held_by_nobody(dsn, who, tap)
         _login_binding(dsn, who, tap)
         _tier_rank_token(dsn, tap)
+        _runs_replay(dsn, who, tap)
         _app_authority(dsn, who, tap)
 
 
@@ -308,6 +314,51 @@ def _tier_rank_token(dsn: str, tap: Tap) -> None:
     tap.check(got == "GK007", "owner: `set local groundkit.tier_rank_change = on` does not let a rank change past "
               "tiers_guard (only set_tier_rank() can)", [f"got {got}, want GK007"],
               counts=Counts(privileges=int(got != "GK007")))
+
+
+def _runs_replay(dsn: str, who: Logins, tap: Tap) -> None:
+    """Runs (docs/runs.md): a reader login replays its own member's run and not another's; an
+    auditor login replays anyone's; prune is the owner's alone; and a replay after a redaction
+    shows the redaction marker, never the text."""
+    login = str(psycopg.conninfo.conninfo_to_dict(who.reader)["user"])
+    with Groundkit.connect(dsn) as gk:
+        gk.put_member("bob", "T3")
+        gk.put_object("rr1", 1, "board_post", "board", "T0", "Kiln log", "kiln firing log zebracode")
+        with gk.run(flow="tutor", reader="alice") as own:
+            own.search("kiln firing")
+        with gk.run(flow="tutor", reader="bob") as other:
+            other.search("kiln firing")
+        gk.conn.execute("insert into groundkit.login_members (login, member_sub) values (%s, 'alice')", (login,))
+    replay = "select content from groundkit.replay_run(%s::uuid, %s)"
+    try:
+        got = {
+            "reader, own run": _attempt(who.reader, replay, (str(own.id), "alice")),
+            "reader, another's run": _attempt(who.reader, replay, (str(other.id), "alice")),
+            "reader, another's run as its reader": _attempt(who.reader, replay, (str(other.id), "bob")),
+            "reader, list runs": _attempt(who.reader, "select * from groundkit.list_runs()"),
+            "auditor, another's run": _attempt(who.auditor, replay, (str(other.id), None)),
+            "auditor, list runs": _attempt(who.auditor, "select * from groundkit.list_runs()"),
+            "auditor, prune": _attempt(who.auditor, "select groundkit.prune_runs(now())"),
+            "writer, prune": _attempt(who.writer, "select groundkit.prune_runs(now())"),
+        }
+    finally:
+        with connect_dict(dsn) as conn:
+            conn.execute("delete from groundkit.login_members where login = %s", (login,))
+    want = {"reader, own run": "ok", "reader, another's run": "GK010", "reader, another's run as its reader": "GK010",
+            "reader, list runs": "42501", "auditor, another's run": "ok", "auditor, list runs": "ok",
+            "auditor, prune": "42501", "writer, prune": "42501"}
+    bad = [f"{k}: {got[k]}, want {v}" for k, v in want.items() if got[k] != v]
+    tap.check(not bad, "runs: a reader login replays its own member's runs only; groundkit_auditor replays and "
+              "lists anyone's; prune_runs is the owner's alone", bad, counts=Counts(privileges=len(bad)))
+    with Groundkit.connect(dsn) as gk:
+        gk.redact_object("rr1", 2)
+        hits = [h for h in gk.replay(other.id).hits if h.object_id == "rr1"]
+        with psycopg.connect(who.auditor, autocommit=True) as conn:
+            raw = str(conn.execute("select * from groundkit.replay_run(%s)", (other.id,)).fetchall())
+    ok = bool(hits) and all(h.redacted and h.content is None and h.now == "redacted" for h in hits) \
+        and "zebracode" not in raw and "zebracode" not in str(hits)
+    tap.check(ok, "replay after a redaction: the redaction marker (content null, redacted, now 'redacted'), "
+              "never the text", [f"hits {hits}"], counts=Counts(privileges=int(not ok)))
 
 
 def _app_authority(dsn: str, who: Logins, tap: Tap) -> None:

@@ -1,0 +1,317 @@
+"""Runs: what an AI flow read, pinned so that it can be replayed (docs/runs.md).
+
+``with gk.run(flow=..., reader=...) as run:`` is one transaction on the client's connection.
+Each :meth:`Run.search` is one statement (``groundkit.run_search``) that searches and records
+the hits (a later one inside a savepoint, so that a failed search leaves the run usable); leaving the block
+writes the header (``groundkit.record_run``) and commits. A run that raises is recorded with its
+error class, and then the exception goes on; a client killed mid-run leaves nothing (the server
+rolls the transaction back).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from decimal import Decimal
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from groundkit import telemetry
+from groundkit.errors import InvalidArgument, from_psycopg
+from groundkit.models import (
+    MAX_K,
+    MAX_QUERY_CHARS,
+    Replay,
+    ReplayHit,
+    RunDiffRow,
+    RunHeader,
+    RunSummary,
+    SearchHit,
+)
+from groundkit.session import Session, no_nul
+
+if TYPE_CHECKING:
+    from groundkit.context import AssembledContext
+
+_SEARCH = ("select * from groundkit.run_search(%(run_id)s, %(search_no)s, %(flow)s, %(reader)s, %(query)s, %(k)s,"
+           " %(content_types)s::text[], %(space_ids)s::text[], %(snippet_start)s, %(snippet_end)s)")
+_RECORD = ("select groundkit.record_run(%(run_id)s, %(flow)s, %(reader)s, %(model)s, %(prompt_version)s,"
+           " %(started_at)s, %(llm_calls)s, %(context)s, %(error_class)s)")
+
+__all__ = ["Run", "diff_runs", "list_runs", "parse_run_id", "replay"]
+
+
+def parse_run_id(run_id: uuid.UUID | str) -> uuid.UUID:
+    """``run_id`` as a UUID; anything else is :class:`InvalidArgument` (GK005)."""
+    if isinstance(run_id, uuid.UUID):
+        return run_id
+    try:
+        return uuid.UUID(str(run_id))
+    except ValueError:
+        raise InvalidArgument(f"run id must be a UUID (got {str(run_id)[:80]!r})") from None
+
+
+def _count(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidArgument(f"{name} must be a non-negative integer (got {value!r})")
+    return value
+
+
+def _error_class(exc_type: type[BaseException]) -> str:
+    module = exc_type.__module__
+    return exc_type.__qualname__ if module == "builtins" else f"{module}.{exc_type.__qualname__}"
+
+
+class Run:
+    """One run: use as a context manager (:meth:`groundkit.Groundkit.run`)."""
+
+    def __init__(self, session: Session, *, flow: str, reader: str, model: str | None = None,
+                 prompt_version: str | None = None, run_id: uuid.UUID | str | None = None) -> None:
+        for name, value in (("flow", flow), ("reader", reader)):
+            if not isinstance(value, str) or not value:
+                raise InvalidArgument(f"{name} must be a non-empty string")
+        for name, opt in (("model", model), ("prompt_version", prompt_version)):
+            if opt is not None and not isinstance(opt, str):
+                raise InvalidArgument(f"{name} must be a string")
+        no_nul(flow=flow, reader=reader, model=model, prompt_version=prompt_version)
+        self.id = uuid.uuid4() if run_id is None else parse_run_id(run_id)
+        self.flow = flow
+        self.reader = reader
+        self.model = model
+        self.prompt_version = prompt_version
+        self._session = session
+        self._searches = 0
+        self._llm_calls: list[dict[str, Any]] = []
+        self._context: list[dict[str, Any]] = []
+        self._started_at = datetime.now(UTC)
+        self._entered = False
+        self._in_tx = False  # the run's transaction is open
+        self._begin = self._commit = ""
+        self._rollback: tuple[str, ...] = ()
+        self._span: AbstractContextManager[Any] = contextlib.nullcontext()
+        self._span_current: Any = None
+
+    # -- the transaction -------------------------------------------------------------------
+    # A run's statements go out in pipelines (psycopg's pipeline mode): BEGIN with the first
+    # search, each later search between a savepoint and its release, the header with COMMIT. A
+    # run around one search then costs two round trips, not six. On a connection already in a
+    # transaction the run is a savepoint of it instead.
+
+    def __enter__(self) -> Run:
+        if self._entered:
+            raise InvalidArgument("a run is entered once")
+        conn = self._session.conn
+        outer = not (conn.autocommit and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+        self._begin = "savepoint gk_run" if outer else "begin"
+        self._commit = "release savepoint gk_run" if outer else "commit"
+        self._rollback = ("rollback to savepoint gk_run", "release savepoint gk_run") if outer else ("rollback",)
+        self._entered = True
+        # the run's span (groundkit.telemetry; a no-op without OpenTelemetry): flow tags the
+        # spans opened inside it
+        self._span = telemetry.span("run", flow=self.flow, model=self.model, prompt_version=self.prompt_version)
+        self._span_current = self._span.__enter__()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> Literal[False]:
+        try:
+            self._finish(exc_type, exc)
+        except BaseException as failed:
+            self._span.__exit__(type(failed), failed, failed.__traceback__)
+            raise
+        self._span.__exit__(exc_type, exc, tb)
+        return False
+
+    def _finish(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
+        """Write the header and commit; on failure roll the whole run back."""
+        try:
+            self._pipeline([] if self._in_tx else [self._begin], _RECORD, self._header(exc_type), [self._commit])
+        except BaseException as failed:
+            self._abort()  # the whole run rolls back: nothing recorded
+            if exc is None:
+                raise (from_psycopg(failed) if isinstance(failed, psycopg.Error) else failed) from None
+            return  # the body's exception goes on; nothing was recorded
+        finally:
+            self._in_tx = False
+
+    def _header(self, exc_type: type[BaseException] | None) -> dict[str, Any]:
+        return {"run_id": self.id, "flow": self.flow, "reader": self.reader, "model": self.model,
+                "prompt_version": self.prompt_version, "started_at": self._started_at,
+                "llm_calls": Jsonb(self._llm_calls), "context": Jsonb(self._context),
+                "error_class": None if exc_type is None else _error_class(exc_type)}
+
+    def _pipeline(self, before: list[str], query: str, params: dict[str, Any],
+                  after: list[str]) -> list[dict[str, Any]]:
+        """``before``, ``query`` and ``after`` in one round trip; ``query``'s rows."""
+        conn = self._session.conn
+        if not psycopg.Pipeline.is_supported():  # (libpq < 14) one statement at a time
+            for stmt in before:
+                conn.execute(stmt)
+            cur = conn.execute(query, params)
+            rows = cur.fetchall() if cur.description else []
+            for stmt in after:
+                conn.execute(stmt)
+            return rows
+        with conn.pipeline():
+            for stmt in before:
+                conn.execute(stmt)
+            cur = conn.cursor()
+            cur.execute(query, params)
+            for stmt in after:
+                conn.execute(stmt)
+        return cur.fetchall() if cur.description else []
+
+    def _ensure_begun(self) -> None:
+        if not self._in_tx:
+            with self._session._errors():
+                self._session.conn.execute(self._begin)
+            self._in_tx = True
+
+    def _abort(self) -> None:
+        """Roll the run's transaction (or savepoint) back, if it is open."""
+        if self._session.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            return
+        with contextlib.suppress(psycopg.Error):
+            for stmt in self._rollback:
+                self._session.conn.execute(stmt)
+        self._in_tx = False
+
+    def _check_open(self) -> None:
+        if not self._entered:
+            raise InvalidArgument("use the run as a context manager: `with gk.run(...) as run:`")
+
+    # -- what a run does -------------------------------------------------------------------
+
+    def search(self, query: str, k: int = 10, content_types: Sequence[str] | None = None,
+               space_ids: Sequence[str] | None = None, snippet_start: str = "<mark>",
+               snippet_end: str = "</mark>") -> list[SearchHit]:
+        """:meth:`groundkit.Groundkit.search` as the run's reader, recorded in the same statement."""
+        self._check_open()
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+            raise InvalidArgument(f"k must be between 1 and {MAX_K} (got {k!r})")
+        if not isinstance(query, str):
+            raise InvalidArgument("query must be a string")
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidArgument(f"query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
+        for name, seq in (("content_types", content_types), ("space_ids", space_ids)):
+            if isinstance(seq, str):
+                raise InvalidArgument(f"{name} must be a list of strings, not a string")
+        no_nul(query=query, content_types=list(content_types or ()), space_ids=list(space_ids or ()),
+               snippet_start=snippet_start, snippet_end=snippet_end)
+        self._searches += 1
+        first = not self._in_tx
+        params = {"run_id": self.id, "search_no": self._searches, "flow": self.flow, "reader": self.reader,
+                  "query": query, "k": k,
+                  "content_types": None if content_types is None else list(content_types),
+                  "space_ids": None if space_ids is None else list(space_ids),
+                  "snippet_start": snippet_start, "snippet_end": snippet_end}
+        try:
+            if first:
+                rows = self._pipeline([self._begin], _SEARCH, params, [])
+            else:
+                rows = self._pipeline(["savepoint gk_run_search"], _SEARCH, params, ["release savepoint gk_run_search"])
+        except psycopg.Error as exc:
+            if first:
+                self._abort()  # nothing of the run was in it yet
+            else:
+                with contextlib.suppress(psycopg.Error):
+                    self._session.conn.execute("rollback to savepoint gk_run_search")
+                    self._session.conn.execute("release savepoint gk_run_search")
+            raise from_psycopg(exc) from exc
+        self._in_tx = True
+        hits = [SearchHit.model_validate(r) for r in rows]
+        telemetry.add_hits(len(hits), mode="bm25", flow=self.flow)
+        return hits
+
+    def context(self, hits: Sequence[SearchHit], budget_tokens: int, **options: Any) -> AssembledContext:
+        """:func:`groundkit.context.assemble_context` of ``hits``; the run records its citation ids."""
+        self._check_open()
+        from groundkit.context import assemble_context
+
+        assembled = assemble_context(hits, budget_tokens, **options)
+        self._context.extend(c.model_dump(mode="json") for c in assembled.citations)
+        return assembled
+
+    def record_llm(self, model: str, tokens_in: int, tokens_out: int, *, cost: Decimal | float | None = None,
+                   meter: bool = True) -> None:
+        """Record an LLM call the app made: in the run's header and, unless ``meter`` is false, in
+        the calls ledger through :func:`groundkit.metering.meter` (priced from the configured price
+        table; ``cost`` overrides the price for the header). Negative tokens: InvalidArgument."""
+        self._check_open()
+        if not isinstance(model, str) or not model:
+            raise InvalidArgument("model must be a non-empty string")
+        no_nul(model=model)
+        _count("tokens_in", tokens_in)
+        _count("tokens_out", tokens_out)
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float | Decimal) or cost < 0):
+            raise InvalidArgument(f"cost must be a non-negative number (got {cost!r})")
+        priced = cost
+        if meter:
+            self._ensure_begun()  # the call is recorded in the run's transaction
+            from groundkit.metering import meter as meter_call
+
+            call = meter_call(self._session.conn, flow=self.flow, model=model, kind="llm", tokens_in=tokens_in,
+                              tokens_out=tokens_out, run_id=self.id, reader=self.reader)
+            priced = call.cost if cost is None else cost
+        self._llm_calls.append({"model": model, "tokens_in": tokens_in, "tokens_out": tokens_out,
+                                "cost": None if priced is None else format(Decimal(str(priced)), "f")})
+
+
+# -- reading runs ------------------------------------------------------------------------
+
+
+def replay(session: Session, run_id: uuid.UUID | str, reader: str | None = None) -> Replay:
+    """The chunks run ``run_id`` saw, rebuilt from the log (``groundkit.replay_run``)."""
+    rid = parse_run_id(run_id)
+    if reader is not None:
+        no_nul(reader=reader)
+    params = {"run_id": rid, "reader": reader}
+    header = session._fetch("select * from groundkit.run_header(%(run_id)s, %(reader)s)", params)
+    rows = session._fetch("select * from groundkit.replay_run(%(run_id)s, %(reader)s)", params)
+    return Replay(run=_header(header[0]), hits=tuple(ReplayHit.model_validate(r) for r in rows))
+
+
+_HEADER_FIELDS = frozenset(RunHeader.model_fields)
+
+
+def _header(row: dict[str, Any]) -> RunHeader:
+    data = {k: v for k, v in row.items() if k in _HEADER_FIELDS}
+    data["run_id"] = str(row["run_id"])
+    data["snapshot"] = None if row["snapshot"] is None else str(row["snapshot"])
+    data["cost"] = None if row["cost"] is None else float(row["cost"])
+    return RunHeader.model_validate(data)
+
+
+def list_runs(session: Session, *, flow: str | None = None, reader: str | None = None,
+              since: datetime | None = None, limit: int = 1000) -> list[RunSummary]:
+    """Runs, newest first (``groundkit.list_runs``: the auditor's and the owner's)."""
+    no_nul(flow=flow, reader=reader)
+    rows = session._fetch(
+        "select * from groundkit.list_runs(%(flow)s, %(reader)s, %(since)s, %(limit)s)",
+        {"flow": flow, "reader": reader, "since": since, "limit": _count("limit", limit)},
+    )
+    return [RunSummary.model_validate({**r, "run_id": str(r["run_id"]),
+                                       "cost": None if r["cost"] is None else float(r["cost"])}) for r in rows]
+
+
+def diff_runs(session: Session, run_a: uuid.UUID | str, run_b: uuid.UUID | str,
+              reader: str | None = None) -> list[RunDiffRow]:
+    """Hits that entered, left or moved from ``run_a`` to ``run_b``, search by search."""
+    rows = session._fetch(
+        "select * from groundkit.diff_runs(%(a)s, %(b)s, %(reader)s)",
+        {"a": parse_run_id(run_a), "b": parse_run_id(run_b), "reader": reader},
+    )
+    return [RunDiffRow.model_validate(r) for r in rows]
+
+
+def prune_runs(session: Session, before: datetime) -> int:
+    """Delete runs recorded before ``before`` (the owner's alone); leaves a tombstone row."""
+    if not isinstance(before, datetime):
+        raise InvalidArgument("before must be a datetime")
+    return int(session._scalar("select groundkit.prune_runs(%(before)s)", {"before": before}))
