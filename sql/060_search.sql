@@ -67,8 +67,8 @@ as $$
     select pg_catalog.pg_has_role(session_user, current_user, 'member')
 $$;
 
--- The argument checks every search path shares.
-create or replace function groundkit._search_check(query text, k integer, content_types text[])
+-- The checks of a page's size and content types, shared by search and home.
+create or replace function groundkit._check_page(k integer, content_types text[])
 returns void
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -76,18 +76,6 @@ as $$
 declare
     bad text;
 begin
-    if query is null then
-        raise exception 'query must not be NULL' using errcode = 'GK005';
-    end if;
-    if length(query) > 4096 then
-        raise exception 'query is % characters long; the limit is 4096', length(query)
-            using errcode = 'GK005';
-    end if;
-    if (select count(*) from groundkit.query_terms(query)) > groundkit._max_terms() then
-        raise exception 'query has % distinct terms; the limit is %',
-            (select count(*) from groundkit.query_terms(query)), groundkit._max_terms()
-            using errcode = 'GK005';
-    end if;
     if k is null or k < 1 or k > 200 then
         raise exception 'k must be between 1 and 200 (got %)', coalesce(k::text, 'NULL')
             using errcode = 'GK005';
@@ -101,6 +89,29 @@ begin
                 using errcode = 'GK004';
         end if;
     end if;
+end
+$$;
+
+-- The argument checks every search path shares.
+create or replace function groundkit._search_check(query text, k integer, content_types text[])
+returns void
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if query is null then
+        raise exception 'query must not be NULL' using errcode = 'GK005';
+    end if;
+    if length(query) > 4096 then
+        raise exception 'query is % characters long; the limit is 4096', length(query)
+            using errcode = 'GK005';
+    end if;
+    if (select count(*) from groundkit.query_terms(query)) > groundkit._max_terms() then
+        raise exception 'query has % distinct terms; the limit is %',
+            (select count(*) from groundkit.query_terms(query)), groundkit._max_terms()
+            using errcode = 'GK005';
+    end if;
+    perform groundkit._check_page(k, content_types);
 end
 $$;
 

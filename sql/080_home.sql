@@ -36,26 +36,12 @@ returns void
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-declare
-    bad text;
 begin
     if mode is null or mode not in ('latest', 'top') then
         raise exception 'unknown home mode %; expected latest or top', coalesce(quote_literal(mode), 'NULL')
             using errcode = 'GK005';
     end if;
-    if k is null or k < 1 or k > 200 then
-        raise exception 'k must be between 1 and 200 (got %)', coalesce(k::text, 'NULL')
-            using errcode = 'GK005';
-    end if;
-    if content_types is not null then
-        select x into bad from unnest(content_types) x
-         where x is null or not exists (select 1 from groundkit.content_types t where t.name = x)
-         limit 1;
-        if found then
-            raise exception 'unknown content_type % in content_types', coalesce(quote_literal(bad), 'NULL')
-                using errcode = 'GK004';
-        end if;
-    end if;
+    perform groundkit._check_page(k, content_types);
 end
 $$;
 
