@@ -45,19 +45,24 @@ def test_every_command_has_help_and_is_documented() -> None:
         assert re.search(rf"`groundkit {re.escape(name)}\b", docs), f"`groundkit {name}` missing from docs/cli.md"
 
 
-def test_cli_md_is_generated_from_the_help() -> None:
-    """docs/cli.md is what `python -m groundkit.cli.docs` prints: one section per command with
-    its plain --help (the same at any terminal width) and an example. Regenerate it with
-    `python -m groundkit.cli.docs > docs/cli.md`."""
+def test_cli_md_is_generated_from_the_help(tmp_path: Path) -> None:
+    """docs/cli.md (the index) and docs/cli/*.md (the commands by who runs them) are what
+    `python -m groundkit.cli.docs` writes: one section per command with its plain --help (the
+    same at any terminal width) and an example. Regenerate them with `python -m groundkit.cli.docs`."""
     from groundkit.cli import docs
 
-    page = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8")
-    assert page == docs.render(), "docs/cli.md is stale: run `python -m groundkit.cli.docs > docs/cli.md`"
-    narrow = subprocess.run([sys.executable, "-m", "groundkit.cli.docs"], capture_output=True, text=True,
-                            env={**os.environ, "COLUMNS": "40"}, check=True)
-    assert narrow.stdout == page
-    assert "Usage: groundkit worker [OPTIONS]" in page and "│" not in page and "\x1b[" not in page
-    assert page.count("\n## groundkit ") == len(_commands(app))
+    pages = docs.render()
+    assert set(pages) == {"cli.md", *docs.PAGES}
+    for path, text in pages.items():
+        on_disk = (ROOT / "docs" / path).read_text(encoding="utf-8")
+        assert on_disk == text, f"docs/{path} is stale: run `python -m groundkit.cli.docs`"
+    subprocess.run([sys.executable, "-m", "groundkit.cli.docs", str(tmp_path)],
+                   env={**os.environ, "COLUMNS": "40"}, check=True)
+    for path, text in pages.items():
+        assert (tmp_path / path).read_text(encoding="utf-8") == text
+    commands = "".join(text for path, text in pages.items() if path != "cli.md")
+    assert "Usage: groundkit worker [OPTIONS]" in commands and "│" not in commands and "\x1b[" not in commands
+    assert commands.count("\n## groundkit ") == len(_commands(app))
 
 
 def test_command_lists_join_wrapped_help_lines() -> None:

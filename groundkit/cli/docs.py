@@ -1,12 +1,16 @@
-"""docs/cli.md, generated from each command's ``--help``: ``python -m groundkit.cli.docs >
-docs/cli.md``. tests/test_cli.py fails when the file differs from what this prints, so the page
-cannot drift from the commands. Help is rendered by click's plain formatter (no rich boxes or
-colours) at a fixed width, so the output does not depend on the terminal."""
+"""docs/cli.md and the pages under docs/cli/, generated from each command's ``--help``:
+``python -m groundkit.cli.docs`` writes them into docs/ (or the directory given).
+tests/test_cli.py fails when a page differs from what this writes, so the pages cannot drift
+from the commands. Help is rendered by click's plain formatter (no rich boxes or colours) at a
+fixed width, so the output does not depend on the terminal.
+
+docs/cli.md is the index; the commands are split by who runs them (PAGES), one page each."""
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -25,9 +29,27 @@ variable is an error at startup. No error shows a password: a DSN the driver can
 reported as malformed without being shown, and other connection errors show `***` in its place.
 Operating a deployment (the worker, status, upgrades, roles): [operations.md](operations.md).
 
-This page is generated from each command's `--help` (`python -m groundkit.cli.docs >
-docs/cli.md`); a test fails when it differs.
+These pages are generated from each command's `--help` (`python -m groundkit.cli.docs`); a test
+fails when they differ.
 """
+
+# Who runs a command, by its first word: (page, title, the page's one-line purpose).
+PAGES: dict[str, tuple[str, str]] = {
+    "cli/content.md": ("Content and reading", "load members, spaces and content; search, cite and browse as a member"),
+    "cli/operations.md": ("Operations", "the schema, the index and its worker, configuration, the embedded "
+                                        "server, the MCP and HTTP servers and their tokens"),
+    "cli/audit.md": ("Audit and evaluation", "runs and their replay, the spend, the permission gate and the "
+                                             "quality evals"),
+}
+PAGE_OF: dict[str, str] = {
+    "demo": "cli/content.md", "put-member": "cli/content.md", "put-space": "cli/content.md",
+    "ingest": "cli/content.md", "search": "cli/content.md", "cite": "cli/content.md", "home": "cli/content.md",
+    "migrate": "cli/operations.md", "rebuild": "cli/operations.md", "analyze": "cli/operations.md",
+    "status": "cli/operations.md", "merge": "cli/operations.md", "worker": "cli/operations.md",
+    "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
+    "tokens": "cli/operations.md",
+    "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
+}
 
 # One example per command; a command without one gets none.
 EXAMPLES: dict[str, str] = {
@@ -85,28 +107,47 @@ def _plain_help(ctx: Any) -> str:
         cmd.rich_markup_mode = mode
 
 
-def render() -> str:
-    """The whole of docs/cli.md."""
+def _anchor(name: str) -> str:
+    return "groundkit-" + name.replace(" ", "-")
+
+
+def render() -> dict[str, str]:
+    """Every page, by its path under docs/: the index (cli.md) and one page per PAGES entry."""
     from groundkit.cli import app
 
     root = typer.main.get_command(app)
     assert isinstance(root, typer.core.TyperGroup)
     top = root.make_context("groundkit", [], resilient_parsing=True, terminal_width=WIDTH, max_content_width=WIDTH)
     commands = list(_commands(root, top))
-    parts = [INTRO, "## Commands\n"]
-    for name, ctx in commands:
+    unplaced = sorted({name.split()[0] for name, _ctx in commands} - set(PAGE_OF))
+    if unplaced:
+        raise SystemExit(f"no page in groundkit/cli/docs.py PAGE_OF for: {', '.join(unplaced)}")
+    index = [INTRO]
+    pages: dict[str, str] = {}
+    for path, (title, purpose) in PAGES.items():
+        mine = [(name, ctx) for name, ctx in commands if PAGE_OF[name.split()[0]] == path]
         # (the docstring's first paragraph, whole)
-        summary = " ".join((ctx.command.help or "").split("\n\n")[0].split()).rstrip(".")
-        anchor = "groundkit-" + name.replace(" ", "-")
-        parts.append(f"- [`groundkit {name}`](#{anchor}): {summary}")
-    parts.append("")
-    for name, ctx in commands:
-        parts.append(f"## groundkit {name}\n")
-        parts.append("```text\n" + _plain_help(ctx) + "\n```\n")
-        if name in EXAMPLES:
-            parts.append("Example:\n\n```console\n" + EXAMPLES[name] + "\n```\n")
-    return "\n".join(parts).rstrip() + "\n"
+        summaries = [f"- [`groundkit {name}`]({path}#{_anchor(name)}): "
+                     + " ".join((ctx.command.help or "").split("\n\n")[0].split()).rstrip(".")
+                     for name, ctx in mine]
+        index += [f"## {title}\n", f"[{path}]({path}): {purpose}.\n", *summaries, ""]
+        parts = [f"# The command line: {title.lower()}\n",
+                 f"{purpose[0].upper()}{purpose[1:]}. The other commands, and what every command shares: "
+                 "[cli.md](../cli.md).\n"]
+        for name, ctx in mine:
+            parts.append(f"## groundkit {name}\n")
+            parts.append("```text\n" + _plain_help(ctx) + "\n```\n")
+            if name in EXAMPLES:
+                parts.append("Example:\n\n```console\n" + EXAMPLES[name] + "\n```\n")
+        pages[path] = "\n".join(parts).rstrip() + "\n"
+    return {"cli.md": "\n".join(index).rstrip() + "\n", **pages}
+
+
+def write(docs_dir: Path) -> None:
+    for path, text in render().items():
+        (docs_dir / path).parent.mkdir(parents=True, exist_ok=True)
+        (docs_dir / path).write_text(text, encoding="utf-8")
 
 
 if __name__ == "__main__":
-    sys.stdout.write(render())
+    write(Path(sys.argv[1] if len(sys.argv) > 1 else "docs"))
