@@ -26,6 +26,24 @@ begin
 end
 $$;
 
+-- The window and overlap every chunker takes: GK005 unless 1 <= max_chars and
+-- 0 <= overlap_chars < max_chars.
+create or replace function groundkit._check_chunk_sizes(max_chars integer, overlap_chars integer)
+returns void
+language plpgsql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if max_chars is null or max_chars < 1 then
+        raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
+    end if;
+    if overlap_chars is null or overlap_chars < 0 or overlap_chars >= max_chars then
+        raise exception 'overlap_chars must be between 0 and max_chars - 1 (got %)', overlap_chars
+            using errcode = 'GK005';
+    end if;
+end
+$$;
+
 -- Split text into windows of at most max_chars characters, preferring paragraph, line,
 -- sentence and word breaks, with overlap_chars of overlap. The start position strictly
 -- increases on every step, so text with no separators at all (base64, long URLs, minified
@@ -53,13 +71,7 @@ declare
     base integer := 0;
     raw text;
 begin
-    if max_chars is null or max_chars < 1 then
-        raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
-    end if;
-    if overlap_chars is null or overlap_chars < 0 or overlap_chars >= max_chars then
-        raise exception 'overlap_chars must be between 0 and max_chars - 1 (got %)', overlap_chars
-            using errcode = 'GK005';
-    end if;
+    perform groundkit._check_chunk_sizes(max_chars, overlap_chars);
     if n = 0 or btrim(body, E' \n\r\t') = '' then
         chunk_seq := 0;
         char_start := 0;
@@ -193,13 +205,7 @@ declare
     s integer := 0;
     piece record;
 begin
-    if max_chars is null or max_chars < 1 then
-        raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
-    end if;
-    if overlap_chars is null or overlap_chars < 0 or overlap_chars >= max_chars then
-        raise exception 'overlap_chars must be between 0 and max_chars - 1 (got %)', overlap_chars
-            using errcode = 'GK005';
-    end if;
+    perform groundkit._check_chunk_sizes(max_chars, overlap_chars);
     perform groundkit._check_segments(segments);
     select string_agg(x.t, ' ' order by x.n), array_agg(x.n::integer - 1 order by x.n),
            array_agg(x.s order by x.n), array_agg(x.e order by x.n),
@@ -321,13 +327,7 @@ declare
     carry_text text;
     s integer := 0;
 begin
-    if max_chars is null or max_chars < 1 then
-        raise exception 'max_chars must be at least 1 (got %)', max_chars using errcode = 'GK005';
-    end if;
-    if overlap_chars is null or overlap_chars < 0 or overlap_chars >= max_chars then
-        raise exception 'overlap_chars must be between 0 and max_chars - 1 (got %)', overlap_chars
-            using errcode = 'GK005';
-    end if;
+    perform groundkit._check_chunk_sizes(max_chars, overlap_chars);
     for sec in
         with lines as (
             select l.n, l.line,
