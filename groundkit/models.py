@@ -101,8 +101,10 @@ class Space(_Frozen):
     private: bool = False
 
 
-class SearchHit(_Frozen):
-    """One visible chunk, ranked by BM25. ``score`` is never negative."""
+class CitedChunk(_Frozen):
+    """A chunk and where it lies: what a search hit and a citation share. The citation fields
+    (docs/sql-api.md, "Citations") are null where the content type or the chunker has none
+    (offsets and chunker: null on chunks made before revision 0015)."""
 
     object_id: str
     object_version: int
@@ -111,42 +113,30 @@ class SearchHit(_Frozen):
     space_id: str
     title: str
     content: str
-    score: float = Field(ge=0.0)
     start_ms: int | None = None
     end_ms: int | None = None
-    # the citation (docs/sql-api.md, "Citations"): null where the content type or the chunker
-    # has none (offsets and chunker: null on chunks made before revision 0015)
     char_start: int | None = None
     char_end: int | None = None
     heading_path: tuple[str, ...] | None = None
     thread_id: str | None = None
     thread_title: str | None = None
     chunker: str | None = None
+
+
+class SearchHit(CitedChunk):
+    """One visible chunk, ranked by BM25. ``score`` is never negative."""
+
+    score: float = Field(ge=0.0)
     snippet: str | None = None
 
 
-class Citation(_Frozen):
+class Citation(CitedChunk):
     """A cited chunk with its context (:meth:`groundkit.Groundkit.fetch_citation`): the chunk's
     columns as in :class:`SearchHit`, and the text around it: a transcript's window of segments,
     a board post whole, a section whole, or the chunk with its neighbours. ``context_char_*``
     are offsets into the body (a transcript's segment texts joined by one space), as
     ``char_*``; ``context_*_ms`` the window's times (transcripts)."""
 
-    object_id: str
-    object_version: int
-    chunk_seq: int
-    content_type: str
-    space_id: str
-    title: str
-    content: str
-    start_ms: int | None = None
-    end_ms: int | None = None
-    char_start: int | None = None
-    char_end: int | None = None
-    heading_path: tuple[str, ...] | None = None
-    thread_id: str | None = None
-    thread_title: str | None = None
-    chunker: str | None = None
     context: str
     context_char_start: int | None = None
     context_char_end: int | None = None
