@@ -72,11 +72,14 @@ def stop_reindex(s: Session, name: str) -> None:
 def cutover(s: Session, name: str, *, force: bool = False) -> str | None:
     """Make ``name`` the active model in one transaction (``groundkit.cutover``); refused with
     :class:`~groundkit.errors.CutoverRefused` (GK016) while its lag is not zero, unless
-    ``force``. Returns what the SQL function returns (the previously active model)."""
+    ``force``. The model replaced is then kept embedded (being built), so that a cutover back
+    to it, the rollback, is not refused for lag; :func:`stop_reindex` lets it go. Returns the
+    model replaced (``None``: none was active)."""
     embedding.require_dense(s)
     no_nul(model=name)
-    return s._scalar("select groundkit.cutover(model => %(model)s, force => %(force)s)",
-                     {"model": name, "force": force})
+    previous = s._scalar("select groundkit.cutover_model(model => %(model)s, force => %(force)s) as previous",
+                         {"model": name, "force": force})
+    return None if previous is None else str(previous)
 
 
 # -- shadow comparison -----------------------------------------------------------------------
