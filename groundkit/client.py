@@ -541,7 +541,9 @@ class Groundkit(Admin):
 _FILTERS = ("content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[]")
 _BM25 = sql.SQL("groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s, k => %(k)s, " + _FILTERS
                 + ", snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s)")
-_DENSE = sql.SQL("groundkit.search_dense(reader_sub => %(reader_sub)s, query_embedding => %(query_embedding)s::vector,"
+# (the embedding goes as text of unknown type: the function's signature makes it a vector, in
+# whichever schema pgvector lives)
+_DENSE = sql.SQL("groundkit.search_dense(reader_sub => %(reader_sub)s, query_embedding => %(query_embedding)s,"
                  " k => %(k)s, " + _FILTERS + ", exact => %(exact)s)")
 
 
@@ -552,8 +554,8 @@ def _hybrid_call(knobs: Mapping[str, object], params: dict[str, Any]) -> sql.Com
     params.update(given)
     extra = [sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in given]
     return sql.SQL("groundkit.search_hybrid(reader_sub => %(reader_sub)s, query => %(query)s,"
-                   " query_embedding => %(query_embedding)s::vector, k => %(k)s, " + _FILTERS
-                   + "{})").format(sql.SQL("").join(sql.SQL(", ") + e for e in extra))
+                   " query_embedding => %(query_embedding)s, k => %(k)s, " + _FILTERS
+                   + ", snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s{})").format(sql.SQL("").join(sql.SQL(", ") + e for e in extra))
 
 
 def _check_k(k: object) -> None:

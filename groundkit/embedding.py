@@ -34,6 +34,7 @@ __all__ = [
 # Texts per transaction: big enough that a provider call is worth its round trip (the local
 # model batches internally), small enough that an interruption loses seconds of work.
 DEFAULT_BATCH = 64
+MAX_BATCH = 4096  # groundkit.embed_claim's
 
 # progress(done, total): chunks embedded so far, and the lag when the job began
 EmbedProgress = Callable[[int, int], None]
@@ -119,9 +120,9 @@ def get_model(s: Session, name: str) -> EmbeddingModel:
 
 
 def active_model(s: Session) -> EmbeddingModel:
-    """The model search embeds queries with; :class:`UnknownModel` (GK015) if none is active."""
-    require_dense(s)
-    rows = s._fetch(_MODELS + " where state = 'active'", {})
+    """The model search embeds queries with (``groundkit.active_embedding_model()``, which a
+    reader role may call); :class:`UnknownModel` (GK015) if none is active."""
+    rows = s._fetch("select * from groundkit.active_embedding_model()", {})
     if not rows:
         raise UnknownModel("no embedding model is active: add one (groundkit models add), embed "
                            "(groundkit embed --model NAME), then groundkit cutover --model NAME")
@@ -139,14 +140,17 @@ def models_to_embed(s: Session) -> list[EmbeddingModel]:
 def lag(s: Session, model: str | None = None) -> list[EmbeddingLag]:
     """Each model's lag (``model``: that one only), exact counts (``groundkit.embedding_lag``)."""
     require_dense(s)
+    if model is not None:
+        get_model(s, model)  # (GK015 for an unknown one)
     rows = s._fetch(
-        "select l.model, l.missing, l.oldest_at,"
+        "select l.name as model, l.missing, l.oldest as oldest_at,"
         "       case when m.active then 'active' when m.reindexing_at is not null then 'building'"
         "            else 'inactive' end as state,"
-        "       extract(epoch from now() - l.oldest_at)::float8 as oldest_age_s"
-        "  from groundkit.embedding_lag(%(model)s) l"
-        "  join groundkit.embedding_models m on m.name = l.model"
-        " order by m.active desc, m.reindexing_at is not null desc, l.model",
+        "       extract(epoch from l.age)::float8 as oldest_age_s"
+        "  from groundkit.embedding_models m"
+        "  cross join lateral groundkit.embedding_lag(m.name) l"
+        " where %(model)s::text is null or m.name = %(model)s"
+        " order by m.active desc, m.reindexing_at is not null desc, m.name",
         {"model": model})
     return [EmbeddingLag.model_validate(r) for r in rows]
 
@@ -162,8 +166,8 @@ def embed_pending(s: Session, model: EmbeddingModel, embedder: Embedder, *, batc
     transaction, until none is left unclaimed; returns how many and how fast. Needs a connection
     outside a transaction (each batch commits on its own). Another process embedding the same
     model takes other batches; a text it holds is left to it."""
-    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10_000:
-        raise InvalidArgument(f"batch must be between 1 and 10000 (got {batch!r})")
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_BATCH:
+        raise InvalidArgument(f"batch must be between 1 and {MAX_BATCH} (got {batch!r})")
     if not s._outside_transaction():
         raise InvalidArgument("embed_pending commits batch by batch: give it an autocommit connection "
                               "outside a transaction")
@@ -193,9 +197,8 @@ def _one_batch(s: Session, model: EmbeddingModel, embedder: Embedder, batch: int
         if not rows:
             return 0
         vectors = embedder.embed_documents([r["text"] for r in rows])
-        s._fetch("select groundkit.embed_store(%(model)s, %(hashes)s::bytea[], %(vectors)s::text[]::vector[])",
-                 {"model": model.name, "hashes": [r["content_hash"] for r in rows],
-                  "vectors": [vector_literal(v) for v in vectors]})
+        s._fetch("select groundkit.embed_store(%(model)s, %(hashes)s::bytea[], %(vectors)s::real[])",
+                 {"model": model.name, "hashes": [r["content_hash"] for r in rows], "vectors": vectors})
         return len(rows)
 
 

@@ -30,7 +30,8 @@ ModelOption = Annotated[str, typer.Option("--model", help="The embedding model's
 def embed(
     model: Annotated[str | None, typer.Option(
         "--model", help="Only this model. Default: the active model and every model being reindexed.")] = None,
-    batch: Annotated[int, typer.Option(min=1, max=10_000, help="Chunks per transaction.")] = embedding.DEFAULT_BATCH,
+    batch: Annotated[int, typer.Option(min=1, max=embedding.MAX_BATCH, help="Chunks per transaction.")]
+        = embedding.DEFAULT_BATCH,
     as_json: Annotated[bool, typer.Option(
         "--json", help='One object per model: {"model", "chunks", "seconds", "chunks_per_s"}.')] = False,
     dsn: DsnOption = None,
