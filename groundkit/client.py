@@ -555,7 +555,8 @@ def _hybrid_call(knobs: Mapping[str, object], params: dict[str, Any]) -> sql.Com
     extra = [sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in given]
     return sql.SQL("groundkit.search_hybrid(reader_sub => %(reader_sub)s, query => %(query)s,"
                    " query_embedding => %(query_embedding)s, k => %(k)s, " + _FILTERS
-                   + ", snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s{})").format(sql.SQL("").join(sql.SQL(", ") + e for e in extra))
+                   + ", snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s{})"
+                   ).format(sql.SQL("").join(sql.SQL(", ") + e for e in extra))
 
 
 def _check_k(k: object) -> None:

@@ -71,17 +71,18 @@ def vector_literal(vector: Sequence[float]) -> str:
 
 
 def dense_available(s: Session) -> bool:
-    """Whether this server can do dense search: it has the pgvector extension (the embeddings
-    tables exist everywhere; searching and indexing them needs pgvector)."""
-    return bool(s._scalar("select groundkit.pgvector_available() as ok", {}))
+    """Whether this database can do dense search: the pgvector extension is installed in it
+    (``groundkit migrate`` creates it where the server has it). The embeddings tables exist
+    everywhere; searching and indexing them needs pgvector."""
+    return bool(s._scalar("select groundkit._vector_schema() is not null as ok", {}))
 
 
 def require_dense(s: Session) -> None:
     """:class:`PgvectorMissing` (GK008) unless this database can do dense search."""
     if not dense_available(s):
         raise PgvectorMissing(
-            "dense search needs the pgvector extension, which this PostgreSQL server does not have "
-            "(install pgvector, then run `groundkit migrate`); BM25 search works without it")
+            "dense search needs the pgvector extension, which this database does not have "
+            "(install pgvector on the server, then run `groundkit migrate`); BM25 search works without it")
 
 
 def _model(row: dict[str, Any]) -> EmbeddingModel:
@@ -267,13 +268,13 @@ def _for_model(progress: EmbedProgressByModel, model: str) -> EmbedProgress:
 def build_due_indexes(s: Session, models: Sequence[str]) -> list[MaintenanceStep]:
     """Build the HNSW index of each of ``models`` that has enough embeddings and none yet
     (``groundkit.dense``; concurrently, so searches and the embedding go on)."""
-    from groundkit import dense
+    from groundkit.dense import build_hnsw_index
 
     steps = []
     for name in models:
-        if not dense.hnsw_due(s.conn, name):
+        if not s._scalar("select due from groundkit.hnsw_status(%(model)s)", {"model": name}):
             continue
         t = time.perf_counter()
-        dense.build_hnsw_index(s.conn, name)
+        build_hnsw_index(s.conn, name)
         steps.append(MaintenanceStep(name="hnsw", reason=name, count=1, seconds=round(time.perf_counter() - t, 3)))
     return steps

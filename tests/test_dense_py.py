@@ -166,8 +166,8 @@ def test_search_mode_dense_and_hybrid_return_only_visible_hits(dense: Groundkit,
     ranked by the query's meaning (the fake's shared words), with each leg's rank in hybrid."""
     gk = dense
     for mode in ("dense", "hybrid"):
-        t0 = gk.search("t0", "kiln firing stoneware", k=50, mode=mode)  # type: ignore[arg-type]
-        t2 = gk.search("t2", "kiln firing stoneware", k=50, mode=mode)  # type: ignore[arg-type]
+        t0 = gk.search("t0", "kiln firing stoneware", k=50, mode=mode)
+        t2 = gk.search("t2", "kiln firing stoneware", k=50, mode=mode)
         assert t0 and {h.space_id for h in t0} == {"open"}, mode
         assert {h.space_id for h in t2} == {"open", "members", "vault"}, mode
         assert "kiln" in t0[0].title
@@ -224,8 +224,11 @@ def test_query_embeddings_are_metered_to_the_clients_flow(dense: Groundkit, dsn:
 
 def test_models_add_bad_input_is_typed(dsn: str, fake: FakeEmbeddings) -> None:
     with Groundkit.connect(dsn) as gk:
-        for bad, match in [({"provider": "cohere"}, "provider"), ({"dimension": 0}, "dimension"),
-                           ({"distance": "dot"}, "distance"), ({"recipe": "everything"}, "recipe")]:
+        cases: list[tuple[dict[str, Any], str]] = [({"provider": "cohere"}, "provider"),
+                                                   ({"dimension": 0}, "dimension"),
+                                                   ({"distance": "dot"}, "distance"),
+                                                   ({"recipe": "everything"}, "recipe")]
+        for bad, match in cases:
             args: dict[str, Any] = {"name": "m", "provider": "openai", "dimension": 8, "distance": "cosine",
                                     "recipe": "titled", "options": {"url": fake.url, "model": "x"}, **bad}
             with pytest.raises(InvalidArgument, match=match):

@@ -175,7 +175,7 @@ def cutover(
         previous = model_swap.cutover(gk, model, force=force)
     was = f" (was {previous})" if previous and previous != model else ""
     out.print(f"active embedding model: {model}{was}", highlight=False)
-    err.print(f"note: {model_swap.GATE_REMINDER}", highlight=False)
+    err.print(f"note: {model_swap.GATE_REMINDER}", highlight=False, soft_wrap=True)
 
 
 @handle_errors
