@@ -237,9 +237,9 @@ def test_models_add_bad_input_is_typed(dsn: str, fake: FakeEmbeddings) -> None:
             model_swap.add_model(gk, name="a b", provider="openai", dimension=8, distance="cosine", recipe="titled",
                                  options={"url": fake.url, "model": "x"})
         assert gk._scalar("select count(*) from groundkit.embedding_models", {}) == 0
-    bad = _run("models", "add", "m", "--provider", "openai", "--dimension", "8", "--distance", "dot",
+    refused = _run("models", "add", "m", "--provider", "openai", "--dimension", "8", "--distance", "dot",
                "--url", fake.url, "--remote-model", "x", "--dsn", dsn)
-    assert bad.returncode == 1 and "GK005" in bad.stderr and "distance" in bad.stderr
+    assert refused.returncode == 1 and "GK005" in refused.stderr and "distance" in refused.stderr
     ok = _run("models", "add", "m", "--provider", "openai", "--dimension", "8", "--url", fake.url,
               "--remote-model", "x", "--api-key-env", "FAKE_KEY", "--dsn", dsn)
     assert ok.returncode == 0, ok.stderr

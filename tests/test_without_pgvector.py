@@ -69,3 +69,41 @@ def test_everything_but_dense_works_on_postgres_15_without_pgvector(pg15_dsn: st
         before = gk.state_checksum()
         gk.rebuild()
         assert gk.state_checksum() == before
+
+
+def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: str) -> None:
+    """Without pgvector: `groundkit embed`, dense and hybrid search fail with PgvectorMissing
+    (GK008) and say what to do; `groundkit status` says dense search is unavailable, and is not
+    an error (nor a --check breach); the worker's pass has no embedding step and no error."""
+    import json
+    import sys
+
+    from groundkit.errors import PgvectorMissing
+
+    cli = [sys.executable, "-c", "from groundkit.cli import app; app()"]
+    groundkit.migrate(pg15_dsn)
+    with Groundkit.connect(pg15_dsn) as gk:
+        gk.put_member("cy", "T0")
+        gk.put_space("dense-commons")
+        gk.put_object("d1", 1, "board_post", "dense-commons", "T0", "Kilns", "firing a kiln")
+        for mode in ("dense", "hybrid"):
+            with pytest.raises(PgvectorMissing, match="pgvector"):
+                gk.search("cy", "kiln", mode=mode)
+        assert [h.object_id for h in gk.search("cy", "kiln")] == ["d1"]
+    for args in (["embed"], ["embed", "--model", "m"], ["search", "kiln", "--as", "cy", "--mode", "dense"],
+                 ["models", "list"], ["cutover", "--model", "m"]):
+        done = subprocess.run([*cli, *args, "--dsn", pg15_dsn], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "error [GK008]" in done.stderr and "pgvector" in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    status = subprocess.run([*cli, "status", "--check", "--dsn", pg15_dsn], capture_output=True, text=True,
+                            timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert "dense search unavailable: this server has no pgvector" in status.stdout
+    as_json = subprocess.run([*cli, "status", "--json", "--dsn", pg15_dsn], capture_output=True, text=True,
+                             timeout=120)
+    assert json.loads(as_json.stdout)["dense"] == {"available": False, "lag": [], "alerts": []}
+    worker = subprocess.run([*cli, "worker", "--once", "--json", "--dsn", pg15_dsn], capture_output=True, text=True,
+                            timeout=120)
+    assert worker.returncode == 0, worker.stderr
+    assert json.loads(worker.stdout)["error"] is None

@@ -91,10 +91,12 @@ def worker(
 ) -> None:
     """Keep search fast: every --every seconds, merge the pending part, analyze the postings after
     growth, recompute the impacts when they drift (resuming an interrupted recompute), and vacuum
-    what that rewrote; then embed what the active embedding model (and any model being
-    reindexed) lacks and build its HNSW index when due (--no-embed: not). Runs on its own
-    connection, connects again with backoff when the database goes away, and writes a heartbeat
-    that `groundkit status` shows. Ctrl-C or SIGTERM stops it."""
+    what that rewrote. Runs on its own connection, connects again with backoff when the database
+    goes away, and writes a heartbeat that `groundkit status` shows. Ctrl-C or SIGTERM stops it.
+
+    Each pass then embeds what the active embedding model, and any model being reindexed, lacks,
+    and builds its HNSW index when due (--no-embed: not). A provider failure is reported and
+    recorded in the heartbeat; embedding backs off while the maintenance goes on."""
     passes = 0
 
     def on_pass(report: MaintenanceReport | None, error: GroundkitError | None) -> None:
