@@ -4,7 +4,10 @@
 
 -- The stubs, if a migrate without pgvector left them: an untyped literal would resolve to them.
 drop function if exists groundkit.search_dense(text, text, integer, text[], text[], boolean);
-drop function if exists groundkit.search_hybrid(text, text, text, integer, text[], text[], text, integer, real,
+drop function if exists groundkit.search_hybrid(text, text, text, integer, text[], text[], text, integer,
+                                                double precision, double precision, integer, boolean, text, text);
+-- (and the first signature of search_hybrid, whose weights were real)
+drop function if exists groundkit.search_hybrid(text, text, vector, integer, text[], text[], text, integer, real,
                                                 real, integer, boolean, text, text);
 
 -- The signatures below name `vector` as migrate's search_path finds it; pgvector may live in any
@@ -21,6 +24,29 @@ returns bigint
 language sql immutable
 as $$
     select 5000::bigint
+$$;
+
+-- The active model, if query_embedding fits it: GK015 when no model is active, GK005 for an
+-- embedding of another dimension. Called before any plan could skip the leg (an empty join).
+create or replace function groundkit._dense_check(query_embedding vector)
+returns groundkit.embedding_models
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    m groundkit.embedding_models;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(null);
+    if query_embedding is null then
+        raise exception 'query_embedding must not be NULL' using errcode = 'GK005';
+    end if;
+    if cardinality(query_embedding::real[]) <> m.dimension then
+        raise exception 'query_embedding has dimension %, the active model % has dimension %',
+            cardinality(query_embedding::real[]), quote_literal(m.name), m.dimension using errcode = 'GK005';
+    end if;
+    return m;
+end
 $$;
 
 -- The dense leg: the reader's top k current chunks by the active model's distance to the query
@@ -61,14 +87,7 @@ declare
     scores double precision[];
 begin
     perform groundkit._check_page(k, content_types);
-    m := groundkit._dense_model(null);
-    if query_embedding is null then
-        raise exception 'query_embedding must not be NULL' using errcode = 'GK005';
-    end if;
-    if cardinality(query_embedding::real[]) <> m.dimension then
-        raise exception 'query_embedding has dimension %, the active model % has dimension %',
-            cardinality(query_embedding::real[]), quote_literal(m.name), m.dimension using errcode = 'GK005';
-    end if;
+    m := groundkit._dense_check(query_embedding);
     -- fail closed: no reader row, no results
     select r.member_sub, r.rank into v_member, v_rank from groundkit._reader(_search_dense_ids.reader_sub) r;
     if v_member is null then
@@ -120,13 +139,16 @@ begin
             replace(score_expr, 'd', 'z.d'), dist, col, m.name, dist)
            into ids, scores
           using query_embedding, v_rank, v_member, content_types, space_ids, k;
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit dense: index scan, % of % rows', coalesce(cardinality(ids), 0), k;
+        end if;
         if coalesce(cardinality(ids), 0) >= k then
             return query select u.id, u.score from unnest(ids, scores) as u(id, score);
             return;
         end if;
-        if groundkit._debug_allowed() then
-            raise debug 'groundkit dense: index scan found % of %; exact scan', coalesce(cardinality(ids), 0), k;
-        end if;
+    end if;
+    if groundkit._debug_allowed() then
+        raise debug 'groundkit dense: exact scan';
     end if;
 
     -- The exact scan over the reader's visible set: every visible embedded chunk's distance.
@@ -179,16 +201,21 @@ language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
+declare
+    ids bigint[];
+    scores double precision[];
 begin
     perform groundkit._reader_allowed(search_dense.reader_sub);  -- GK010 for a bound login's other readers
+    select array_agg(r.chunk_id order by r.n), array_agg(r.score order by r.n) into ids, scores
+      from groundkit._search_dense_ids(search_dense.reader_sub, search_dense.query_embedding, search_dense.k,
+                                       search_dense.content_types, search_dense.space_ids,
+                                       search_dense.exact) with ordinality as r(chunk_id, score, n);
     return query
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
            t.thread_id, t.thread_title, c.chunker,
            groundkit._snippet(c.content, E'''\x05'''::tsquery, '<mark>', '</mark>')
-      from groundkit._search_dense_ids(search_dense.reader_sub, search_dense.query_embedding, search_dense.k,
-                                       search_dense.content_types, search_dense.space_ids,
-                                       search_dense.exact) with ordinality as r(chunk_id, score, n)
+      from unnest(ids, scores) with ordinality as r(chunk_id, score, n)
       join groundkit.chunks c on c.chunk_id = r.chunk_id
       join groundkit.objects o on o.object_id = c.object_id
      cross join lateral groundkit._thread_of(o.content_type, o.object_id, o.title, o.metadata) t
@@ -211,8 +238,8 @@ create or replace function groundkit.search_hybrid(
     space_ids text[] default null,
     fusion text default 'rrf',
     rrf_k integer default 60,
-    bm25_weight real default 1,
-    dense_weight real default 1,
+    bm25_weight double precision default 1,
+    dense_weight double precision default 1,
     depth integer default 100,
     match_gate boolean default false,
     snippet_start text default '<mark>',
@@ -248,6 +275,7 @@ begin
     perform groundkit._reader_allowed(search_hybrid.reader_sub);
     perform groundkit._snippet_check(search_hybrid.snippet_start, search_hybrid.snippet_end);
     perform groundkit._search_check(search_hybrid.query, search_hybrid.k, search_hybrid.content_types);
+    perform groundkit._dense_check(search_hybrid.query_embedding);
     if fusion is null or fusion not in ('rrf', 'score') then
         raise exception 'fusion must be rrf or score (got %)', coalesce(quote_literal(fusion), 'NULL')
             using errcode = 'GK005';
@@ -257,8 +285,8 @@ begin
             using errcode = 'GK005';
     end if;
     if bm25_weight is null or dense_weight is null or bm25_weight < 0 or dense_weight < 0
-       or bm25_weight = 'NaN'::real or dense_weight = 'NaN'::real
-       or bm25_weight = 'Infinity'::real or dense_weight = 'Infinity'::real then
+       or bm25_weight = 'NaN'::double precision or dense_weight = 'NaN'::double precision
+       or bm25_weight = 'Infinity'::double precision or dense_weight = 'Infinity'::double precision then
         raise exception 'bm25_weight and dense_weight must be finite and >= 0' using errcode = 'GK005';
     end if;
     if depth is null or depth < 1 or depth > 200 then
