@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,16 +36,14 @@ def minilm(**options: object) -> EmbeddingModel:
                           recipe="title+text", options=dict(options))
 
 
-@pytest.fixture(scope="module")
-def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A data directory of this module's own, so the export below is made here, at first use."""
-    path = tmp_path_factory.mktemp("gk-home")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("GROUNDKIT_HOME", str(path))
-        yield path
+@pytest.fixture
+def home(embed_home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The session's data directory for the model, so its export is made there, once, at first use."""
+    monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))
+    return embed_home
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def local(home: Path) -> Embedder:
     return embedder_for(minilm())
 
