@@ -7,8 +7,10 @@ the same answers on both sides.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -165,3 +167,27 @@ def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys
     for arm in ("bare", "none", "api", "sdk"):
         assert f"\n{arm} " in out or out.startswith(f"{arm} ")
     assert "telemetry.span() entered and left without the package" in out
+
+
+def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """On a six-abstract BEIR collection: every variant's docs/s and nDCG@10, and the load."""
+    monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))
+    docs = {"d1": "Mitochondria produce ATP by oxidative phosphorylation.", "d2": "Insulin lowers blood glucose.",
+            "d3": "The stock market fell sharply.", "d4": "Cats sleep most of the day.",
+            "d5": "Vaccines train the immune system.", "d6": "Rainfall was heavy in April."}
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()), encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "how do cells make energy"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "immunisation"}) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td5\t1\n")
+    assert main(["embed", "--data", str(tmp_path), "--docs", "6", "--rounds", "1",
+                 "--variants", "int8 sorted b8", "int8 sorted b8 2 streams", "pytorch"]) == 0
+    out = capsys.readouterr().out
+    assert "6 SciFact abstracts, 2 queries" in out and "load average before: " in out
+    rows = re.findall(r"^\| (.+?) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", out, re.MULTILINE)
+    assert [r[0] for r in rows] == ["int8 sorted b8", "int8 sorted b8 2 streams",
+                                    "pytorch fp32 (sentence-transformers)"]
+    assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first

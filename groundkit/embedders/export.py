@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -145,7 +146,8 @@ def _torch_export(path: Path) -> None:
     model = LastHiddenState()
     ids = torch.ones((2, 16), dtype=torch.int64)
     axes = {0: "batch", 1: "sequence"}
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the exporter's deprecation and tracer notes: known, harmless here
         torch.onnx.export(
             model,
             (ids, torch.ones_like(ids), torch.zeros_like(ids)),

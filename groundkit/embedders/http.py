@@ -93,8 +93,22 @@ class JsonClient:
             raise EmbeddingProviderError(f"the {self.what} needs an API key in ${env}, which is not set")
         return {"Authorization": f"Bearer {key}"}
 
+    def _url(self, path: str) -> str:
+        """The base URL with ``path`` appended to its path (its query kept); without its user
+        info when an API key is configured (the key is the credential then, not Basic auth)."""
+        parts = urlsplit(self.options.url)
+        netloc = parts.netloc
+        if self.options.api_key_env is not None:
+            netloc = netloc.rsplit("@", 1)[-1]
+        return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/") + path, parts.query, ""))
+
     def post(self, path: str, body: dict[str, Any]) -> Any:
-        url = self.options.url.rstrip("/") + path
+        try:
+            url = self._url(path)
+        except ValueError:
+            url = None
+        if url is None:
+            raise EmbeddingProviderError(f"the {self.what}'s url is malformed (not shown: it may hold a secret)")
         where = f"the {self.what} at {safe_url(url)}"
         attempt = 0
         while True:

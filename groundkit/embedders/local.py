@@ -10,13 +10,16 @@ threads (default: the cores this process may use) and sequential execution. The 
 in docs/embeddings.md (``python -m evals.bench embed``).
 
 Options (``EmbeddingModel.options``): ``batch_size`` (32), ``max_length`` (256), ``threads``
-(the usable cores), ``quantized`` (true: the int8 export; false: fp32, for comparison).
+(the usable cores), ``streams`` (1: batches run one at a time, each on every thread; n: n batches
+at once, each on threads / n), ``sort_by_length`` (true), ``quantized`` (true: the int8 export;
+false: fp32, for comparison).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +43,8 @@ class LocalOptions(BaseModel):
     batch_size: int = Field(32, ge=1, le=1024)
     max_length: int = Field(MODEL_MAX_TOKENS, ge=8, le=MODEL_MAX_TOKENS)
     threads: int | None = Field(None, ge=1, le=256)
+    streams: int = Field(1, ge=1, le=64)
+    sort_by_length: bool = True
     quantized: bool = True
 
 
@@ -72,7 +77,9 @@ class LocalProvider:
         self.tokenizer.enable_truncation(max_length=options.max_length)
         path = model_path or ensure_export(quantized=options.quantized)
         session_options = ort.SessionOptions()
-        session_options.intra_op_num_threads = options.threads or _usable_cores()
+        # streams > 1: that many batches run at once (onnxruntime releases the GIL), each on
+        # threads // streams cores, instead of one batch spread over every core
+        session_options.intra_op_num_threads = max(1, (options.threads or _usable_cores()) // options.streams)
         session_options.inter_op_num_threads = 1
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -97,12 +104,23 @@ class LocalProvider:
         xp = self._np
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         lengths = xp.fromiter((len(e.ids) for e in encodings), dtype=xp.int64, count=len(encodings))
-        order = xp.argsort(-lengths, kind="stable")  # longest first: the first batch shows the peak memory
+        if self.options.sort_by_length:  # longest first: the first batch shows the peak memory
+            order = xp.argsort(-lengths, kind="stable")
+        else:
+            order = xp.arange(len(encodings))
         out = xp.empty((len(encodings), 384), dtype=xp.float32)
         size = self.options.batch_size
-        for start in range(0, len(order), size):
-            rows = order[start:start + size]
+        batches = [order[start:start + size] for start in range(0, len(order), size)]
+
+        def run(rows: Any) -> None:
             out[rows] = self._run([encodings[i] for i in rows], int(lengths[rows].max()))
+
+        if self.options.streams == 1 or len(batches) == 1:
+            for rows in batches:
+                run(rows)
+        else:
+            with ThreadPoolExecutor(self.options.streams) as pool:
+                list(pool.map(run, batches))
         return out, int(lengths.sum())
 
     def _run(self, batch: list[Any], width: int) -> npt.NDArray[np.float32]:
