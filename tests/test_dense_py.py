@@ -345,3 +345,32 @@ def test_a_failed_embedding_batch_leaves_nothing_half_stored(dense: Groundkit, f
         embedding.embed_pending(dense, m, embedder_for(m), batch=2)
     assert embedding.lag(dense, "fake")[0].missing == 5
     assert dense.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_end_to_end_with_the_real_local_model(dsn: str) -> None:
+    """The real all-MiniLM-L6-v2 (the `local` provider, its ONNX export cached under the data
+    directory): models add, embed, cutover, then dense search finds by meaning what shares no
+    word with the query, and hybrid search answers too; only visible chunks."""
+    with Groundkit.connect(dsn) as gk:
+        gk.put_member("t0", "T0")
+        gk.put_member("t2", "T2")
+        gk.put_space("open", "T0")
+        gk.put_space("members", "T2")
+        for oid, space, title, body in [
+            ("cats", "open", "Pets", "Cats are small domesticated felines that purr."),
+            ("stocks", "open", "Markets", "The stock exchange fell sharply this afternoon."),
+            ("bread", "open", "Baking", "Bake the loaf at 220 degrees until the crust is brown."),
+            ("kitten-club", "members", "Members", "A club for people who adopt young cats."),
+        ]:
+            gk.put_object(oid, 1, "board_post", space, "T0", title, body)
+    added = _run("models", "add", "minilm", "--provider", "local", "--dimension", "384", "--dsn", dsn)
+    assert added.returncode == 0, added.stderr
+    done = _run("embed", "--model", "minilm", "--json", "--dsn", dsn, timeout=900)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["chunks"] == 4
+    assert _run("cutover", "--model", "minilm", "--dsn", dsn).returncode == 0
+    with Groundkit.connect(dsn) as gk:
+        hits = gk.search("t0", "kitten", k=3, mode="dense")
+        assert hits[0].object_id == "cats" and "kitten-club" not in {h.object_id for h in hits}
+        assert gk.search("t2", "kitten", k=2, mode="dense", exact=True)[0].object_id in {"cats", "kitten-club"}
+        assert gk.search("t0", "bake bread", k=1, mode="hybrid")[0].object_id == "bread"
