@@ -237,7 +237,7 @@ create or replace function groundkit.search_hybrid(
     content_types text[] default null,
     space_ids text[] default null,
     fusion text default 'rrf',
-    rrf_k integer default 60,
+    rrf_k integer default 20,
     bm25_weight double precision default 1,
     dense_weight double precision default 1,
     depth integer default 100,
