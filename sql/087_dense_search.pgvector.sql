@@ -229,6 +229,8 @@ $$;
 -- rank); 'score': sum of weight * the leg's score scaled to [0, 1] over its own top depth
 -- (min-max; a leg whose scores are all equal scales to 1). match_gate: a chunk only the dense
 -- leg found must match a query term. Both legs apply the permission predicate inside.
+-- The defaults (rrf, rrf_k 20, equal weights, depth 100, no gate) are the quality eval's choice
+-- on SciFact and NFCorpus (docs/journal/2026-12-04-fusion.md, python -m evals.bench fusion).
 create or replace function groundkit.search_hybrid(
     reader_sub text,
     query text,
