@@ -14,6 +14,7 @@
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
+    fusion        BM25 and dense fused (RRF, score; weights, depth, match gate) on BEIR collections: nDCG@10
     embed         the local embedding model's docs/s and nDCG@10 on SciFact, per variant, and PyTorch's
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
@@ -29,6 +30,7 @@ from evals.bench import (
     chunking,
     costs,
     embed,
+    fusion,
     home,
     http,
     ingest,
@@ -57,6 +59,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "costs": costs.main,
     "runs": runs.main,
     "telemetry": telemetry.main,
+    "fusion": fusion.main,
     "embed": embed.main,
 }
 

@@ -78,7 +78,7 @@ EXAMPLES: dict[str, str] = {
     "db stop": "$ groundkit db stop",
     "config set-bm25": "$ groundkit config set-bm25 1.2 0.75",
     "config set-chunk-sizes": "$ groundkit config set-chunk-sizes transcript --chars 1000 --overlap 150",
-    "eval quality": "$ groundkit eval quality --dataset data/scifact --arm groundkit --arm tantivy",
+    "eval quality": "$ groundkit eval quality --dataset data/scifact --arm bm25 --arm dense --arm hybrid",
     "eval gate": "$ groundkit eval gate --embedded",
     "serve mcp": "$ groundkit serve mcp --reader ana                 # stdio, for a local agent\n"
                  "$ groundkit serve mcp --transport http --port 8001  # streamable HTTP at /mcp, bearer tokens",
