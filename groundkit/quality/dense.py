@@ -63,11 +63,13 @@ class CachedEmbedder:
 
     def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
         digests = [hashlib.sha256(t.encode("utf-8")).digest() for t in texts]
-        missing = sorted({i for i, d in enumerate(digests) if d not in self._vectors})
+        missing: dict[bytes, str] = {}  # each new text once, in order
+        for digest, text in zip(digests, texts, strict=True):
+            if digest not in self._vectors:
+                missing.setdefault(digest, text)
         if missing:
-            fresh = self._inner.embed_documents([texts[i] for i in missing])
-            for i, vector in zip(missing, fresh, strict=True):
-                self._vectors[digests[i]] = vector
+            fresh = self._inner.embed_documents(list(missing.values()))
+            self._vectors.update(zip(missing, fresh, strict=True))
             self._new += len(missing)
         return [self._vectors[d] for d in digests]
 
