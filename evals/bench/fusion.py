@@ -14,7 +14,11 @@ tsvectors. The fusions are then computed here, over those two lists, for a grid 
 
 It prints nDCG@10 and R@100 per collection for every setting, best mean first, with BM25 and
 dense alone, and checks the grid's RRF against ``search_hybrid`` run with the same settings
-(they must agree). ``--json`` writes one object per setting instead. The numbers and the choice
+(they must agree at one chunk per document). ``--json`` writes one object per setting instead.
+
+With ``--chunk-chars`` documents are cut into chunks; a document then ranks by its best chunk in
+each leg before the grid fuses, while ``search_hybrid`` fuses chunks and a document takes its
+best chunk's fused score: the check line then compares the two aggregations. The numbers and the choice
 of ``search_hybrid``'s defaults: docs/journal/2026-12-04-fusion.md.
 """
 
@@ -156,6 +160,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--dsn", help="server DSN (default: $GROUNDKIT_DSN, else the embedded server)")
     parser.add_argument("--top", type=int, default=25, help="settings to print, best mean nDCG@10 first")
     parser.add_argument("--json", action="store_true", help="one JSON object per setting")
+    parser.add_argument("--chunk-chars", type=int, default=1_000_000,
+                        help="chunk size (default: one chunk per document, as the quality eval)")
+    parser.add_argument("--chunk-overlap", type=int, default=0)
     args = parser.parse_args(argv)
     server = resolve_dsn(args.dsn)
     all_legs: list[Legs] = []
@@ -164,7 +171,7 @@ def main(argv: Sequence[str]) -> int:
         log(f"{collection.name}: loading and embedding")
         dsn = fresh_database(server, DATABASE)
         groundkit.migrate(dsn)
-        load_into_groundkit(dsn, collection)
+        load_into_groundkit(dsn, collection, chunk_chars=args.chunk_chars, chunk_overlap=args.chunk_overlap)
         prepare_dense(dsn)
         leg = legs(dsn, collection)
         default = {"fusion": "rrf", "rrf_k": 20, "dense_weight": 1.0, "depth": 100, "gate": False}

@@ -87,10 +87,13 @@ class QualityRow(BaseModel):
         return self.model_dump(by_alias=True)
 
 
-def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | None = None) -> None:
-    """Write every document of ``collection`` through the bulk ``put_objects`` (500 per call)."""
+def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | None = None,
+                        chunk_chars: int = 1_000_000, chunk_overlap: int = 0) -> None:
+    """Write every document of ``collection`` through the bulk ``put_objects`` (500 per call),
+    one chunk per document unless ``chunk_chars`` says otherwise."""
     with Groundkit.connect(dsn) as gk:
-        gk.conn.execute("update groundkit.config set chunk_chars = 1000000, chunk_overlap = 0")
+        gk.conn.execute("update groundkit.config set chunk_chars = %s, chunk_overlap = %s",
+                        (chunk_chars, chunk_overlap))
         gk.put_member(READER, "T0")
         gk.put_space(SPACE, "T0")
         total = len(collection.docs)
