@@ -191,3 +191,26 @@ def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path
     assert [r[0] for r in rows] == ["int8 sorted b8", "int8 sorted b8 2 streams",
                                     "pytorch fp32 (sentence-transformers)"]
     assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first
+
+
+def test_fusion_grid_on_a_tiny_collection(server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """BM25 and dense alone, then the grid, best first; search_hybrid agrees with the grid's RRF."""
+    docs = {"d1": ("Energy", "Mitochondria produce ATP by oxidative phosphorylation."),
+            "d2": ("Diabetes", "Insulin lowers blood glucose."), "d3": ("Markets", "The stock market fell sharply."),
+            "d4": ("Vaccines", "Vaccines train the immune system to fight infection.")}
+    root = tmp_path / "tiny"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": k, "title": t, "text": x}) + "\n" for k, (t, x) in docs.items()), encoding="utf-8")
+    (root / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "how do cells make energy"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "immunisation against infection"}) + "\n", encoding="utf-8")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td4\t1\n")
+    assert main(["fusion", "--dataset", str(root), "--dsn", server_dsn, "--top", "3",
+                 "--embedding-cache", str(tmp_path / "cache")]) == 0
+    captured = capsys.readouterr()
+    rows = re.findall(r"^\| (.+?) \| ([0-9.]+) / ([0-9.]+) \|$", captured.out, re.MULTILINE)
+    assert [r[0] for r in rows[:2]] == ["bm25 alone", "dense alone"] and len(rows) == 5
+    assert float(rows[1][1]) == 1.0  # dense finds both by meaning
+    check = re.search(r"search_hybrid \(rrf k=20 .*\) nDCG@10 ([0-9.]+), the same fusion here ([0-9.]+)", captured.err)
+    assert check is not None and check[1] == check[2]

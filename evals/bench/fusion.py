@@ -3,7 +3,7 @@
 For each collection (BEIR folder) the documents are loaded as ``groundkit eval quality`` loads
 them (one chunk each), all-MiniLM-L6-v2 is made the active model (its document vectors cached
 under the data directory, groundkit.quality.dense), and every query runs through groundkit's
-own SQL twice, to depth 200: ``search`` in mode bm25 and in mode dense (exact scan). Which
+own SQL twice, to depth 200: ``search`` in mode bm25 and ``search_dense`` (exact scan). Which
 dense-only hits share a term with the query (the match gate) is asked of the same chunks'
 tsvectors. The fusions are then computed here, over those two lists, for a grid of:
 
@@ -75,7 +75,15 @@ def legs(dsn: str, collection: Collection) -> Legs:
         for n, q in enumerate(collection.queries, start=1):
             text = q.text[:4096]
             bm25[q.query_id] = _ranked(gk.search(READER, text, k=DEPTH, mode="bm25"))
-            dense[q.query_id] = _ranked(gk.search(READER, text, k=DEPTH, mode="dense", exact=True))
+            # search_dense's SQL itself: a cosine score can be negative, which SearchHit refuses
+            vector = gk._query_embedding(text)
+            rows = gk.conn.execute(
+                "select object_id, score from groundkit.search_dense(%(r)s, %(v)s, %(k)s, exact => true)"
+                " order by score desc, object_id, chunk_seq", {"r": READER, "v": vector, "k": DEPTH}).fetchall()
+            best: dict[str, float] = {}
+            for row in rows:
+                best.setdefault(row["object_id"], float(row["score"]))
+            dense[q.query_id] = list(best.items())
             rows = gk.conn.execute(
                 "select distinct c.object_id from groundkit.chunks c"
                 " where c.object_id = any(%(ids)s) and c.tsv @@ groundkit._query_tsquery(%(q)s)",
@@ -163,6 +171,8 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--chunk-chars", type=int, default=1_000_000,
                         help="chunk size (default: one chunk per document, as the quality eval)")
     parser.add_argument("--chunk-overlap", type=int, default=0)
+    parser.add_argument("--embedding-cache", type=Path, help="where document vectors are kept between runs "
+                        "(default: eval-embeddings under the data directory)")
     args = parser.parse_args(argv)
     server = resolve_dsn(args.dsn)
     all_legs: list[Legs] = []
@@ -172,7 +182,7 @@ def main(argv: Sequence[str]) -> int:
         dsn = fresh_database(server, DATABASE)
         groundkit.migrate(dsn)
         load_into_groundkit(dsn, collection, chunk_chars=args.chunk_chars, chunk_overlap=args.chunk_overlap)
-        prepare_dense(dsn)
+        prepare_dense(dsn, args.embedding_cache)
         leg = legs(dsn, collection)
         default = {"fusion": "rrf", "rrf_k": 20, "dense_weight": 1.0, "depth": 100, "gate": False}
         in_sql, here = sql_agrees(dsn, leg, default)
