@@ -13,8 +13,9 @@ tsvectors. The fusions are then computed here, over those two lists, for a grid 
 - depth (how deep each leg is read) and the match gate, for both.
 
 It prints nDCG@10 and R@100 per collection for every setting, best mean first, with BM25 and
-dense alone, and checks the grid's RRF against ``search_hybrid`` run with the same settings
-(they must agree at one chunk per document). ``--json`` writes one object per setting instead.
+dense alone, checks the grid's RRF against ``search_hybrid`` run with the same settings (they
+must agree at one chunk per document), and tests the default against the alternatives, query by
+query (a paired sign-flip test). ``--json`` writes one object per setting instead.
 
 With ``--chunk-chars`` documents are cut into chunks; a document then ranks by its best chunk in
 each leg before the grid fuses, while ``search_hybrid`` fuses chunks and a document takes its
@@ -42,7 +43,7 @@ from groundkit.databases import fresh_database
 from groundkit.quality.datasets import Collection, load_collection
 from groundkit.quality.dense import prepare_dense
 from groundkit.quality.harness import READER, load_into_groundkit
-from groundkit.quality.metrics import evaluate
+from groundkit.quality.metrics import evaluate, per_query
 
 DATABASE = "groundkit_bench_fusion"
 DEPTH = 200  # each leg's list, read once; the grid reads it to `depth`
@@ -142,6 +143,43 @@ def measure(leg: Legs, setting: Mapping[str, Any]) -> tuple[float, float]:
     return m["ndcg@10"], m["recall@100"]
 
 
+DEFAULT = {"fusion": "rrf", "rrf_k": 20, "dense_weight": 1.0, "depth": 100, "gate": False}
+# the default against: BM25 alone, dense alone, the textbook RRF, the best score fusion on SciFact
+AGAINST = {
+    "rrf k=60": {**DEFAULT, "rrf_k": 60},
+    "score minmax a=0.4": {"fusion": "score", "scale": "minmax", "alpha": 0.4, "depth": 100, "gate": False},
+    "score z a=0.5": {"fusion": "score", "scale": "z", "alpha": 0.5, "depth": 100, "gate": False},
+    "rrf k=20, gate": {**DEFAULT, "gate": True},
+}
+
+
+def per_query_ndcg(leg: Legs, run: Mapping[str, Mapping[str, float]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    values = per_query(leg.collection.qrels, run)
+    return np.array([values[q]["ndcg@10"] for q in sorted(values)])
+
+
+def sign_flip(a: np.ndarray[Any, np.dtype[np.float64]], b: np.ndarray[Any, np.dtype[np.float64]],
+              rounds: int = 10_000) -> tuple[float, float]:
+    """Mean of a - b over the queries and its two-sided p-value by a paired sign-flip test."""
+    diff = a - b
+    signs = np.random.default_rng(0).choice([-1.0, 1.0], size=(rounds, len(diff)))
+    p = float((np.abs((signs * diff).mean(axis=1)) >= abs(diff.mean()) - 1e-12).mean())
+    return float(diff.mean()), p
+
+
+def paired(leg: Legs) -> list[tuple[str, float, float]]:
+    """The default's nDCG@10 minus each alternative's, per query, with the p-value."""
+    def run_of(setting: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        return {q.query_id: fuse(leg.bm25.get(q.query_id, []), leg.dense.get(q.query_id, []),
+                                 leg.lexical.get(q.query_id, set()), setting) for q in leg.collection.queries}
+
+    default = per_query_ndcg(leg, run_of(DEFAULT))
+    others = {"bm25 alone": {q: dict(v) for q, v in leg.bm25.items()},
+              "dense alone": {q: dict(v) for q, v in leg.dense.items()},
+              **{name: run_of(setting) for name, setting in AGAINST.items()}}
+    return [(name, *sign_flip(default, per_query_ndcg(leg, run))) for name, run in others.items()]
+
+
 def sql_agrees(dsn: str, leg: Legs, setting: Mapping[str, Any]) -> tuple[float, float]:
     """nDCG@10 of ``search_hybrid`` itself with an RRF ``setting`` (k = 100, as the eval runs it),
     beside the same fusion computed here."""
@@ -184,9 +222,8 @@ def main(argv: Sequence[str]) -> int:
         load_into_groundkit(dsn, collection, chunk_chars=args.chunk_chars, chunk_overlap=args.chunk_overlap)
         prepare_dense(dsn, args.embedding_cache)
         leg = legs(dsn, collection)
-        default = {"fusion": "rrf", "rrf_k": 20, "dense_weight": 1.0, "depth": 100, "gate": False}
-        in_sql, here = sql_agrees(dsn, leg, default)
-        log(f"{collection.name}: search_hybrid ({label(default)}) nDCG@10 {in_sql:.4f}, "
+        in_sql, here = sql_agrees(dsn, leg, DEFAULT)
+        log(f"{collection.name}: search_hybrid ({label(DEFAULT)}) nDCG@10 {in_sql:.4f}, "
             f"the same fusion here {here:.4f}")
         all_legs.append(leg)
     names = [leg.collection.name for leg in all_legs]
@@ -211,4 +248,10 @@ def main(argv: Sequence[str]) -> int:
         print(f"| {leg_name} | " + " | ".join(cells) + " |")
     for setting, values in rows[:args.top]:
         print(f"| {label(setting)} | " + " | ".join(f"{n:.4f} / {r:.3f}" for n, r in values) + " |")
+    print(f"\n{label(DEFAULT)} (the default) minus, nDCG@10 per query, mean and p (paired sign-flip test):\n")
+    print("| against | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    tests = [paired(leg) for leg in all_legs]
+    for i, (name, _, _) in enumerate(tests[0]):
+        print(f"| {name} | " + " | ".join(f"{t[i][1]:+.4f} (p {t[i][2]:.3f})" for t in tests) + " |")
     return 0
