@@ -374,3 +374,35 @@ def test_end_to_end_with_the_real_local_model(dsn: str) -> None:
         assert hits[0].object_id == "cats" and "kitten-club" not in {h.object_id for h in hits}
         assert gk.search("t2", "kitten", k=2, mode="dense", exact=True)[0].object_id in {"cats", "kitten-club"}
         assert gk.search("t0", "bake bread", k=1, mode="hybrid")[0].object_id == "bread"
+
+
+def test_surfaces_take_a_mode(dense: Groundkit, dsn: str) -> None:
+    """The HTTP API (a real server on loopback) and the LangChain and LlamaIndex retrievers
+    search in dense or hybrid mode when asked, still only over what the reader may see; an
+    unknown mode is a GK005 on HTTP."""
+    import httpx
+    from llama_index.core.schema import QueryBundle
+
+    from groundkit import tokens
+    from groundkit.integrations.langchain import GroundkitRetriever as LangchainRetriever
+    from groundkit.integrations.llamaindex import GroundkitRetriever as LlamaRetriever
+    from groundkit.serve.background import serving
+    from groundkit.serve.http import create_app
+    from groundkit.serve.service import ReadService
+
+    token = tokens.create_token(dense, "t0")
+    with serving(create_app(ReadService(dsn, pool_size=2, pool_timeout=5.0))) as url:
+        for mode in ("dense", "hybrid"):
+            r = httpx.post(f"{url}/v1/search", json={"query": "kiln firing", "k": 50, "mode": mode},
+                           headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            assert r.status_code == 200, r.text
+            hits = r.json()["hits"]
+            assert hits and {h["space_id"] for h in hits} == {"open"}
+            assert (hits[0]["dense_rank"] is not None) == (mode == "hybrid")
+        r = httpx.post(f"{url}/v1/search", json={"query": "kiln", "mode": "semantic"},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert r.status_code == 400 and r.json()["code"] == "GK005"
+    docs = LangchainRetriever(client=dense, reader_sub="t0", k=50, mode="dense").invoke("kiln firing")
+    assert docs and {d.metadata["space_id"] for d in docs} == {"open"}
+    nodes = LlamaRetriever(dense, "t2", k=50, mode="hybrid").retrieve(QueryBundle("kiln firing"))
+    assert {n.node.metadata["space_id"] for n in nodes} == {"open", "members", "vault"}
