@@ -15,6 +15,7 @@
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
     embed         the local embedding model's docs/s and nDCG@10 on SciFact, per variant, and PyTorch's
+    embed-job     groundkit embed's job (claim, embed, store, commit) against the provider alone
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -29,6 +30,7 @@ from evals.bench import (
     chunking,
     costs,
     embed,
+    embed_job,
     home,
     http,
     ingest,
@@ -58,6 +60,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "runs": runs.main,
     "telemetry": telemetry.main,
     "embed": embed.main,
+    "embed-job": embed_job.main,
 }
 
 
