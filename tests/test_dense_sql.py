@@ -401,9 +401,8 @@ def paths(gk: Groundkit, call: Any) -> list[str]:
 
 
 def _force_index_path(gk: Groundkit) -> None:
-    """Let the index answer however small the visible set (this test database only)."""
-    gk.conn.execute("create or replace function groundkit._dense_exact_max() returns bigint"
-                    " language sql immutable as 'select 0::bigint'")
+    """Let the index answer however small the visible set (this session only)."""
+    gk.conn.execute("set groundkit.dense_exact_max = 0")
 
 
 def test_never_fewer_than_k_with_hnsw_and_a_1_percent_visible_fraction(dense: Groundkit, dsn: str) -> None:

@@ -14,6 +14,7 @@
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
+    dense         the dense leg: HNSW recall@10 against the exact scan and latency, at 100 %, 10 %, 1 % visible
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -27,6 +28,7 @@ from evals.bench import (
     ab,
     chunking,
     costs,
+    dense,
     home,
     http,
     ingest,
@@ -55,6 +57,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "costs": costs.main,
     "runs": runs.main,
     "telemetry": telemetry.main,
+    "dense": dense.main,
 }
 
 
