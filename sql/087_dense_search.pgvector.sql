@@ -25,7 +25,7 @@ create or replace function groundkit._dense_exact_max()
 returns bigint
 language sql stable
 as $$
-    select coalesce(nullif(pg_catalog.current_setting('groundkit.dense_exact_max', true), '')::bigint, 5000)
+    select coalesce(nullif(pg_catalog.current_setting('groundkit.dense_exact_max', true), '')::bigint, 2000)
 $$;
 
 -- The active model, if query_embedding fits it: GK015 when no model is active, GK005 for an
@@ -107,10 +107,11 @@ begin
                        where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name))), false);
     if use_index then
         -- The reader's visible set, as its buckets count it: the shared chunks of the scopes up
-        -- to its rank (scope_stats, kept with every write), when no filter narrows them and they
-        -- alone are too many for the exact scan; otherwise counted, up to the cross-over.
+        -- to its rank (scope_stats, kept with every write; private spaces and owner-only notes
+        -- are not counted there, and are taken to be few). A filter may narrow a large set: then
+        -- it is counted, up to the cross-over.
         select coalesce(sum(s.n_chunks), 0) into visible from groundkit.scope_stats s where s.scope <= v_rank;
-        if content_types is not null or space_ids is not null or visible <= groundkit._dense_exact_max() then
+        if (content_types is not null or space_ids is not null) and visible > groundkit._dense_exact_max() then
             select count(*) into visible
               from (select 1
                       from groundkit._visible_space(v_rank, v_member) sp
