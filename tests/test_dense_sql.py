@@ -401,9 +401,8 @@ def paths(gk: Groundkit, call: Any) -> list[str]:
 
 
 def _force_index_path(gk: Groundkit) -> None:
-    """Let the index answer however small the visible set (this test database only)."""
-    gk.conn.execute("create or replace function groundkit._dense_exact_max() returns bigint"
-                    " language sql immutable as 'select 0::bigint'")
+    """Let the index answer however small the visible set (this session only)."""
+    gk.conn.execute("set groundkit.dense_exact_max = 0")
 
 
 def test_never_fewer_than_k_with_hnsw_and_a_1_percent_visible_fraction(dense: Groundkit, dsn: str) -> None:
@@ -489,3 +488,62 @@ def test_hybrid_fuses_both_legs_with_their_ranks(dense: Groundkit) -> None:
         search_hybrid(dense, "t0", "kiln", fusion="max")
     with pytest.raises(groundkit_errors().InvalidArgument):
         search_hybrid(dense, "t0", "kiln", depth=0)
+
+
+# -- roles and side channels --------------------------------------------------------------------
+
+
+def test_reader_and_writer_logins_get_the_dense_functions_the_grid_gives(dense: Groundkit, server_dsn: str,
+                                                                         dsn: str) -> None:
+    """A reader login searches (dense and hybrid) and reads the active model, nothing else of the
+    dense arm; it is told nothing about how the leg ran (no DEBUG line). A writer login runs the
+    worker and the cutover."""
+    from groundkit.gate import roles
+
+    _world(dense)
+    vec = vector_literal(embed("kiln"))
+    with roles.login_roles(server_dsn, dsn) as who:
+        with psycopg.connect(who.reader, autocommit=True) as reader:
+            notices: list[str] = []
+            reader.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
+            reader.execute("set client_min_messages = debug1")
+            rows = reader.execute("select object_id from groundkit.search_dense('t1', %s::vector, 10)",
+                                  (vec,)).fetchall()
+            assert {r[0] for r in rows} == VISIBLE["t1"]
+            assert reader.execute("select count(*) from groundkit.search_hybrid('t1', 'kiln', %s::vector)",
+                                  (vec,)).fetchone() == (3,)
+            assert reader.execute("select name from groundkit.active_embedding_model()").fetchone() == (MODEL,)
+            assert not [n for n in notices if n.startswith("groundkit")], notices
+            for call in ("select * from groundkit.embed_claim('double', 1)",
+                         "select * from groundkit.embedding_lag()",
+                         "select * from groundkit.cutover('double')",
+                         "select * from groundkit.embeddings"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    reader.execute(call)
+        with psycopg.connect(who.writer, autocommit=True) as writer:
+            assert writer.execute("select missing from groundkit.embedding_lag()").fetchone() == (0,)
+            assert writer.execute("select * from groundkit.embed_claim('double', 1)").fetchall() == []
+            writer.execute("select * from groundkit.cutover('double')")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                writer.execute("select groundkit._hnsw_built('double')")
+
+
+def test_dense_rows_and_scores_do_not_depend_on_invisible_content(dense: Groundkit, dsn: str) -> None:
+    """A dense score is the distance between the query and the chunk's own text: no statistics of
+    other content. Invisible content near the query changes neither rows nor scores."""
+    _many(dense, 2500, 1)
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        build_hnsw_index(owner, MODEL)
+    _force_index_path(dense)
+    texts = ["glaze kiln", "raku n3", "vault secret glaze kiln"]
+
+    def view() -> list[list[tuple[str, float]]]:
+        return [[(r["object_id"], r["score"]) for r in search_dense(dense, "t1", t, k=10, exact=exact)]
+                for t in texts for exact in (True, False)]
+
+    before = view()
+    for i in range(300):  # above t1's tier, and in the vault: the same words
+        put(dense, f"hidden{i}", 1, "open" if i % 2 else "vault", "T3" if i % 2 else "T2", "vault secret",
+            "glaze kiln raku n3 secret")
+    embed_pending(dense.conn, MODEL)
+    assert view() == before
