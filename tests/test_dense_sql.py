@@ -547,3 +547,33 @@ def test_dense_rows_and_scores_do_not_depend_on_invisible_content(dense: Groundk
             "glaze kiln raku n3 secret")
     embed_pending(dense.conn, MODEL)
     assert view() == before
+
+
+def test_revision_0022_hashes_existing_chunks_as_writes_do(gk: Groundkit) -> None:
+    """The revision's backfill and _materialize_many give every chunk the same two hashes
+    (titles, heading paths and thread headers included)."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).parents[1] / "migrations/versions/0022_dense.py").read_text(encoding="utf-8")
+    body = re.search(r'op.execute\(\s*"""(.*?)"""', src, re.S)
+    assert body is not None
+    ddl = body.group(1).encode().decode("unicode_escape")  # the string as Python passes it
+    backfill = ddl[ddl.index("update groundkit.chunks c"):]
+    backfill = backfill[:backfill.index(";")]
+    gk.put_member("t0", "T0")
+    gk.put_space("open", "T0")
+    gk.put_object("doc", 1, "document", "open", "T0", "Guide",
+                  "# Kilns\n\n## Firing\n\nSlowly.\n\n## Cooling\n\nSlower.")
+    gk.put_object("post", 1, "board_post", "open", "T0", "Re: glaze", "Try celadon.",
+                  metadata={"thread_title": "Glazes", "board": "studio"})
+    gk.put_object("plain", 1, "member_note", "open", "T0", "", "x " * 2000)
+    hashes = "select chunk_id, embed_hash_text, embed_hash_titled from groundkit.chunks order by chunk_id"
+    written = gk.conn.execute(hashes).fetchall()
+    assert len(written) > 4 and all(r["embed_hash_titled"] for r in written)
+    prefixed = gk.conn.execute("select count(*) as n from groundkit.chunks where search_prefix is not null").fetchone()
+    assert prefixed is not None and prefixed["n"] >= 2
+    with gk.conn.transaction(force_rollback=True):
+        gk.conn.execute("update groundkit.chunks set embed_hash_text = null, embed_hash_titled = null")
+        gk.conn.execute(backfill)
+        assert gk.conn.execute(hashes).fetchall() == written
