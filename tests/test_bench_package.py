@@ -184,11 +184,11 @@ def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path
         + json.dumps({"_id": "q2", "text": "immunisation"}) + "\n", encoding="utf-8")
     (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td5\t1\n")
     assert main(["embed", "--data", str(tmp_path), "--docs", "6", "--rounds", "1",
-                 "--variants", "int8 sorted b8", "int8 sorted b8 2 streams", "pytorch"]) == 0
+                 "--variants", "int8 b32 sorted on 2 threads", "int8 b1, 2 streams (default)", "pytorch"]) == 0
     out = capsys.readouterr().out
     assert "6 SciFact abstracts, 2 queries" in out and "load average before: " in out
     rows = re.findall(r"^\| (.+?) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", out, re.MULTILINE)
-    assert [r[0] for r in rows] == ["int8 sorted b8", "int8 sorted b8 2 streams",
+    assert [r[0] for r in rows] == ["int8 b32 sorted on 2 threads", "int8 b1, 2 streams (default)",
                                     "pytorch fp32 (sentence-transformers)"]
     assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first
 
