@@ -1,11 +1,12 @@
 """The embedding job and the model registry, from Python (docs/embedding-worker.md).
 
 :func:`embed_pending` embeds every current chunk text that lacks an embedding for a model, one
-transaction per batch: ``groundkit.embed_claim`` takes a batch of texts (``FOR UPDATE SKIP
-LOCKED``, so several processes share the work and never embed the same text twice), the
-provider embeds them, ``groundkit.embed_store`` writes the vectors, and the commit makes the batch
-count. An interruption rolls back the batch under way and nothing else. ``groundkit embed`` and
-the worker (:mod:`groundkit.maintenance`) call it; the SQL is dense-sql's (docs/dense.md).
+transaction per batch: ``groundkit.embed_claim`` takes a batch of texts (a transaction-level
+advisory lock per text, skipped when another transaction holds it, as SKIP LOCKED would: several
+processes share the work and never embed the same text twice), the provider embeds them,
+``groundkit.embed_store`` writes the vectors, and the commit makes the batch count. An
+interruption rolls back the batch under way and nothing else. ``groundkit embed`` and the worker
+(:mod:`groundkit.maintenance`) call it; the SQL is in docs/dense.md.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class EmbeddingLag(_Frozen):
 
 
 def vector_literal(vector: Sequence[float]) -> str:
-    """pgvector's text form of a vector (``[0.1,0.2]``), sent as a parameter and cast in SQL."""
+    """pgvector's text form of a vector (``[0.1,0.2]``), sent as an untyped parameter: the SQL
+    function's signature makes it a ``vector``, in whichever schema pgvector lives."""
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 

@@ -19,11 +19,13 @@ select pg_catalog.set_config('search_path',
 
 -- How many chunks a reader's visible set may hold for the exact scan to answer without the
 -- index (docs/dense.md, "Exact or index": the cross-over measured by `python -m evals.bench dense`).
+-- A session may set groundkit.dense_exact_max (the benchmark does, to measure each scan at every
+-- visible fraction): it changes which exact-complete path answers, never the answer's rows.
 create or replace function groundkit._dense_exact_max()
 returns bigint
-language sql immutable
+language sql stable
 as $$
-    select 5000::bigint
+    select coalesce(nullif(pg_catalog.current_setting('groundkit.dense_exact_max', true), '')::bigint, 2000)
 $$;
 
 -- The active model, if query_embedding fits it: GK015 when no model is active, GK005 for an
@@ -105,17 +107,20 @@ begin
                        where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name))), false);
     if use_index then
         -- The reader's visible set, as its buckets count it: the shared chunks of the scopes up
-        -- to its rank (scope_stats, kept with every write), when no filter narrows them and they
-        -- alone are too many for the exact scan; otherwise counted, up to the cross-over.
+        -- to its rank (scope_stats, kept with every write; private spaces and owner-only notes
+        -- are not counted there, and are taken to be few). A filter may narrow a large set: then
+        -- it is counted, up to the cross-over.
         select coalesce(sum(s.n_chunks), 0) into visible from groundkit.scope_stats s where s.scope <= v_rank;
-        if content_types is not null or space_ids is not null or visible <= groundkit._dense_exact_max() then
+        if (content_types is not null or space_ids is not null) and visible > groundkit._dense_exact_max() then
             select count(*) into visible
               from (select 1
                       from groundkit._visible_space(v_rank, v_member) sp
-                      join groundkit.objects o on o.space_id = sp.space_id
+                      join groundkit.tiers ot on ot.rank <= v_rank
+                      join groundkit.objects o on o.space_id = sp.space_id and o.tier_visibility = ot.name
                      cross join lateral groundkit._visible_object(o.object_id, v_rank, v_member,
                                                                   content_types, space_ids) v
                       join groundkit.chunks c on c.object_id = v.object_id and c.object_version = v.version
+                     where space_ids is null or sp.space_id = any (space_ids)
                      limit groundkit._dense_exact_max() + 1) x;
         end if;
         use_index := visible > groundkit._dense_exact_max();
@@ -151,15 +156,19 @@ begin
         raise debug 'groundkit dense: exact scan';
     end if;
 
-    -- The exact scan over the reader's visible set: every visible embedded chunk's distance.
+    -- The exact scan over the reader's visible set: every visible embedded chunk's distance. The
+    -- objects are reached by space and tier (objects_space_tier_idx), so a reader who sees one
+    -- tier of a large space reads that tier's objects only; _visible_object decides each one.
     return query execute format(
         'select z.chunk_id, %s
            from (select c.chunk_id, c.object_id, c.chunk_seq, %s as d
                    from groundkit._visible_space($2, $3) sp
-                   join groundkit.objects o on o.space_id = sp.space_id
+                   join groundkit.tiers ot on ot.rank <= $2
+                   join groundkit.objects o on o.space_id = sp.space_id and o.tier_visibility = ot.name
                   cross join lateral groundkit._visible_object(o.object_id, $2, $3, $4, $5) v
                    join groundkit.chunks c on c.object_id = v.object_id and c.object_version = v.version
                    join groundkit.embeddings e on e.model = %L and e.content_hash = c.%I
+                  where $5 is null or sp.space_id = any ($5)
                   order by 4, c.object_id, c.chunk_seq
                   limit $6) z
           order by z.d, z.object_id, z.chunk_seq',

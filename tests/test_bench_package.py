@@ -184,13 +184,26 @@ def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path
         + json.dumps({"_id": "q2", "text": "immunisation"}) + "\n", encoding="utf-8")
     (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td5\t1\n")
     assert main(["embed", "--data", str(tmp_path), "--docs", "6", "--rounds", "1",
-                 "--variants", "int8 sorted b8", "int8 sorted b8 2 streams", "pytorch"]) == 0
+                 "--variants", "int8 b32 sorted on 2 threads", "int8 b1, 2 streams (default)", "pytorch"]) == 0
     out = capsys.readouterr().out
     assert "6 SciFact abstracts, 2 queries" in out and "load average before: " in out
     rows = re.findall(r"^\| (.+?) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", out, re.MULTILINE)
-    assert [r[0] for r in rows] == ["int8 sorted b8", "int8 sorted b8 2 streams",
+    assert [r[0] for r in rows] == ["int8 b32 sorted on 2 threads", "int8 b1, 2 streams (default)",
                                     "pytorch fp32 (sentence-transformers)"]
     assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first
+
+
+def test_dense_measures_recall_and_latency_by_visible_fraction(server_dsn: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dense", "--dsn", server_dsn, "--chunks", "1000", "--queries", "6", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "### 1,000 chunks, 384-d vectors in 100 clusters" in out
+    for reader, visible in (("v100", "1,000"), ("v10", "100"), ("v1", "10")):
+        row = next(line for line in out.splitlines() if line.startswith(f"| {reader} ({visible}) |"))
+        recalls = [float(x) for x in row.strip("| ").split(" | ")[-2:]]
+        assert all(0.5 <= r <= 1.0 for r in recalls), row
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        assert conn.execute("select count(*) from pg_database where datname like 'gk_bh_dense_%'").fetchone() == (0,)
 
 
 def test_fusion_grid_on_a_tiny_collection(server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

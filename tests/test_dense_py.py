@@ -374,3 +374,75 @@ def test_end_to_end_with_the_real_local_model(dsn: str) -> None:
         assert hits[0].object_id == "cats" and "kitten-club" not in {h.object_id for h in hits}
         assert gk.search("t2", "kitten", k=2, mode="dense", exact=True)[0].object_id in {"cats", "kitten-club"}
         assert gk.search("t0", "bake bread", k=1, mode="hybrid")[0].object_id == "bread"
+
+
+def test_surfaces_take_a_mode(dense: Groundkit, dsn: str) -> None:
+    """The HTTP API (a real server on loopback) and the LangChain and LlamaIndex retrievers
+    search in dense or hybrid mode when asked, still only over what the reader may see; an
+    unknown mode is a GK005 on HTTP."""
+    import httpx
+    from llama_index.core.schema import QueryBundle
+
+    from groundkit import tokens
+    from groundkit.integrations.langchain import GroundkitRetriever as LangchainRetriever
+    from groundkit.integrations.llamaindex import GroundkitRetriever as LlamaRetriever
+    from groundkit.serve.background import serving
+    from groundkit.serve.http import create_app
+    from groundkit.serve.service import ReadService
+
+    token = tokens.create_token(dense, "t0")
+    with serving(create_app(ReadService(dsn, pool_size=2, pool_timeout=5.0))) as url:
+        for mode in ("dense", "hybrid"):
+            r = httpx.post(f"{url}/v1/search", json={"query": "kiln firing", "k": 50, "mode": mode},
+                           headers={"Authorization": f"Bearer {token}"}, timeout=60)
+            assert r.status_code == 200, r.text
+            hits = r.json()["hits"]
+            assert hits and {h["space_id"] for h in hits} == {"open"}
+            assert (hits[0]["dense_rank"] is not None) == (mode == "hybrid")
+        r = httpx.post(f"{url}/v1/search", json={"query": "kiln", "mode": "semantic"},
+                       headers={"Authorization": f"Bearer {token}"}, timeout=60)
+        assert r.status_code == 400 and r.json()["code"] == "GK005"
+    docs = LangchainRetriever(client=dense, reader_sub="t0", k=50, mode="dense").invoke("kiln firing")
+    assert docs and {d.metadata["space_id"] for d in docs} == {"open"}
+    nodes = LlamaRetriever(dense, "t2", k=50, mode="hybrid").retrieve(QueryBundle("kiln firing"))
+    assert {n.node.metadata["space_id"] for n in nodes} == {"open", "members", "vault"}
+
+
+def test_embed_builds_the_hnsw_index_once_due(dsn: str, fake: FakeEmbeddings) -> None:
+    """`groundkit embed` builds the model's HNSW index (concurrently) once hnsw_status says it is
+    due; dense search then still answers the same. (The threshold is lowered in this test's own
+    database, a replaceable function; 20,000 embeddings in production.)"""
+    with Groundkit.connect(dsn) as gk:
+        _world(gk)
+        add_fake_model(gk, "fake", fake)
+        model_swap.cutover(gk, "fake", force=True)
+        gk.conn.execute("create or replace function groundkit._hnsw_min_embeddings() returns bigint"
+                        " language sql immutable as $$ select 10::bigint $$")
+    done = _run("embed", "--dsn", dsn)
+    assert done.returncode == 0 and "built the HNSW index of fake" in done.stderr, done.stderr
+    with Groundkit.connect(dsn) as gk:
+        status = gk._fetch("select index_valid, due from groundkit.hnsw_status('fake')", {})[0]
+        assert status == {"index_valid": True, "due": False}
+        exact = {h.object_id for h in gk.search("t2", "kiln firing", k=50, mode="dense", exact=True)}
+        assert len(exact) == 36 and {h.object_id for h in gk.search("t2", "kiln firing", k=50, mode="dense")} == exact
+    again = _run("embed", "--dsn", dsn)
+    assert again.returncode == 0 and "built the HNSW index" not in again.stderr
+
+
+def test_bench_embed_job_compares_the_job_with_the_provider(server_dsn: str, tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """python -m evals.bench embed-job on a four-abstract collection: both rates and their ratio."""
+    from evals.bench.__main__ import main
+
+    docs = {"d1": "Mitochondria produce ATP.", "d2": "Insulin lowers blood glucose.",
+            "d3": "The stock market fell sharply.", "d4": "Cats sleep most of the day."}
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()), encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "energy"}) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert main(["embed-job", "--data", str(tmp_path), "--docs", "4", "--rounds", "1", "--batch", "2",
+                 "--dsn", server_dsn]) == 0
+    out = capsys.readouterr().out
+    assert "chunks 4, batch 2, rounds 1" in out and "provider alone" in out
+    assert "x the provider alone)" in out

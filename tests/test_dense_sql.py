@@ -401,9 +401,8 @@ def paths(gk: Groundkit, call: Any) -> list[str]:
 
 
 def _force_index_path(gk: Groundkit) -> None:
-    """Let the index answer however small the visible set (this test database only)."""
-    gk.conn.execute("create or replace function groundkit._dense_exact_max() returns bigint"
-                    " language sql immutable as 'select 0::bigint'")
+    """Let the index answer however small the visible set (this session only)."""
+    gk.conn.execute("set groundkit.dense_exact_max = 0")
 
 
 def test_never_fewer_than_k_with_hnsw_and_a_1_percent_visible_fraction(dense: Groundkit, dsn: str) -> None:
@@ -489,3 +488,92 @@ def test_hybrid_fuses_both_legs_with_their_ranks(dense: Groundkit) -> None:
         search_hybrid(dense, "t0", "kiln", fusion="max")
     with pytest.raises(groundkit_errors().InvalidArgument):
         search_hybrid(dense, "t0", "kiln", depth=0)
+
+
+# -- roles and side channels --------------------------------------------------------------------
+
+
+def test_reader_and_writer_logins_get_the_dense_functions_the_grid_gives(dense: Groundkit, server_dsn: str,
+                                                                         dsn: str) -> None:
+    """A reader login searches (dense and hybrid) and reads the active model, nothing else of the
+    dense arm; it is told nothing about how the leg ran (no DEBUG line). A writer login runs the
+    worker and the cutover."""
+    from groundkit.gate import roles
+
+    _world(dense)
+    vec = vector_literal(embed("kiln"))
+    with roles.login_roles(server_dsn, dsn) as who:
+        with psycopg.connect(who.reader, autocommit=True) as reader:
+            notices: list[str] = []
+            reader.add_notice_handler(lambda d: notices.append(str(d.message_primary)))
+            reader.execute("set client_min_messages = debug1")
+            rows = reader.execute("select object_id from groundkit.search_dense('t1', %s::vector, 10)",
+                                  (vec,)).fetchall()
+            assert {r[0] for r in rows} == VISIBLE["t1"]
+            assert reader.execute("select count(*) from groundkit.search_hybrid('t1', 'kiln', %s::vector)",
+                                  (vec,)).fetchone() == (3,)
+            assert reader.execute("select name from groundkit.active_embedding_model()").fetchone() == (MODEL,)
+            assert not [n for n in notices if n.startswith("groundkit")], notices
+            for call in ("select * from groundkit.embed_claim('double', 1)",
+                         "select * from groundkit.embedding_lag()",
+                         "select * from groundkit.cutover('double')",
+                         "select * from groundkit.embeddings"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    reader.execute(call)
+        with psycopg.connect(who.writer, autocommit=True) as writer:
+            assert writer.execute("select missing from groundkit.embedding_lag()").fetchone() == (0,)
+            assert writer.execute("select * from groundkit.embed_claim('double', 1)").fetchall() == []
+            writer.execute("select * from groundkit.cutover('double')")
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                writer.execute("select groundkit._hnsw_built('double')")
+
+
+def test_dense_rows_and_scores_do_not_depend_on_invisible_content(dense: Groundkit, dsn: str) -> None:
+    """A dense score is the distance between the query and the chunk's own text: no statistics of
+    other content. Invisible content near the query changes neither rows nor scores."""
+    _many(dense, 2500, 1)
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        build_hnsw_index(owner, MODEL)
+    _force_index_path(dense)
+    texts = ["glaze kiln", "raku n3", "vault secret glaze kiln"]
+
+    def view() -> list[list[tuple[str, float]]]:
+        return [[(r["object_id"], r["score"]) for r in search_dense(dense, "t1", t, k=10, exact=exact)]
+                for t in texts for exact in (True, False)]
+
+    before = view()
+    for i in range(300):  # above t1's tier, and in the vault: the same words
+        put(dense, f"hidden{i}", 1, "open" if i % 2 else "vault", "T3" if i % 2 else "T2", "vault secret",
+            "glaze kiln raku n3 secret")
+    embed_pending(dense.conn, MODEL)
+    assert view() == before
+
+
+def test_revision_0022_hashes_existing_chunks_as_writes_do(gk: Groundkit) -> None:
+    """The revision's backfill and _materialize_many give every chunk the same two hashes
+    (titles, heading paths and thread headers included)."""
+    import re
+    from pathlib import Path
+
+    src = (Path(__file__).parents[1] / "migrations/versions/0022_dense.py").read_text(encoding="utf-8")
+    body = re.search(r'op.execute\(\s*"""(.*?)"""', src, re.S)
+    assert body is not None
+    ddl = body.group(1).encode().decode("unicode_escape")  # the string as Python passes it
+    backfill = ddl[ddl.index("update groundkit.chunks c"):]
+    backfill = backfill[:backfill.index(";")]
+    gk.put_member("t0", "T0")
+    gk.put_space("open", "T0")
+    gk.put_object("doc", 1, "document", "open", "T0", "Guide",
+                  "# Kilns\n\n## Firing\n\nSlowly.\n\n## Cooling\n\nSlower.")
+    gk.put_object("post", 1, "board_post", "open", "T0", "Re: glaze", "Try celadon.",
+                  metadata={"thread_title": "Glazes", "board": "studio"})
+    gk.put_object("plain", 1, "member_note", "open", "T0", "", "x " * 2000)
+    hashes = "select chunk_id, embed_hash_text, embed_hash_titled from groundkit.chunks order by chunk_id"
+    written = gk.conn.execute(hashes).fetchall()
+    assert len(written) > 4 and all(r["embed_hash_titled"] for r in written)
+    prefixed = gk.conn.execute("select count(*) as n from groundkit.chunks where search_prefix is not null").fetchone()
+    assert prefixed is not None and prefixed["n"] >= 2
+    with gk.conn.transaction(force_rollback=True):
+        gk.conn.execute("update groundkit.chunks set embed_hash_text = null, embed_hash_titled = null")
+        gk.conn.execute(backfill)
+        assert gk.conn.execute(hashes).fetchall() == written

@@ -15,10 +15,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import groundkit
-from groundkit import Groundkit
+from groundkit import Groundkit, PgvectorMissing
+from groundkit.dense import build_hnsw_index
+from groundkit.errors import from_psycopg
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -107,3 +110,35 @@ def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: st
                             timeout=120)
     assert worker.returncode == 0, worker.stderr
     assert json.loads(worker.stdout)["error"] is None
+
+
+def test_every_dense_function_raises_pgvector_missing_on_postgres_15(pg15_dsn: str) -> None:
+    """GK008 from each dense function, named by the contract; the searches are stubs taking the
+    query embedding as text (an untyped literal, as a client without pgvector's types sends it)."""
+    groundkit.migrate(pg15_dsn)
+    calls = [
+        "select groundkit.add_embedding_model('m', 'local', 3)",
+        "select * from groundkit.list_embedding_models()",
+        "select * from groundkit.active_embedding_model()",
+        "select * from groundkit.embedding_lag()",
+        "select * from groundkit.embedding_lag('m')",
+        "select * from groundkit.embed_claim('m', 10)",
+        "select groundkit.embed_store('m', array[]::bytea[], array[]::real[])",
+        "select * from groundkit.cutover('m')",
+        "select * from groundkit.hnsw_status('m')",
+        "select * from groundkit.search_dense('ana', '[1, 0, 0]')",
+        "select * from groundkit.search_hybrid('ana', 'price', '[1, 0, 0]')",
+    ]
+    with Groundkit.connect(pg15_dsn) as gk:
+        for call in calls:
+            with pytest.raises(PgvectorMissing):
+                try:
+                    gk.conn.execute(call)
+                except psycopg.Error as exc:
+                    raise from_psycopg(exc) from None
+        # and the tables are there all the same: a later pgvector finds them
+        row = gk.conn.execute("select count(*) as n from groundkit.embeddings").fetchone()
+        assert row == {"n": 0}
+    with pytest.raises(PgvectorMissing):
+        with psycopg.connect(pg15_dsn, autocommit=True) as conn:
+            build_hnsw_index(conn, "m")

@@ -16,6 +16,8 @@
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
     fusion        BM25 and dense fused (RRF, score; weights, depth, match gate) on BEIR collections: nDCG@10
     embed         the local embedding model's docs/s and nDCG@10 on SciFact, per variant, and PyTorch's
+    embed-job     groundkit embed's job (claim, embed, store, commit) against the provider alone
+    dense         the dense leg: HNSW recall@10 against the exact scan and latency, at 100 %, 10 %, 1 % visible
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -29,7 +31,9 @@ from evals.bench import (
     ab,
     chunking,
     costs,
+    dense,
     embed,
+    embed_job,
     fusion,
     home,
     http,
@@ -61,6 +65,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "telemetry": telemetry.main,
     "fusion": fusion.main,
     "embed": embed.main,
+    "embed-job": embed_job.main,
+    "dense": dense.main,
 }
 
 

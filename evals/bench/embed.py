@@ -43,14 +43,12 @@ def default_data() -> Path:
 
 # name -> the local provider's options (threads: the 2 cores the target is stated for)
 VARIANTS: dict[str, dict[str, Any]] = {
-    "int8 unsorted b32": {"sort_by_length": False, "batch_size": 32, "threads": 2},
-    "int8 sorted b32": {"batch_size": 32, "threads": 2},
-    "int8 sorted b8": {"batch_size": 8, "threads": 2},
-    "int8 sorted b4 2 streams": {"batch_size": 4, "threads": 2, "streams": 2},
-    "int8 sorted b8 2 streams": {"batch_size": 8, "threads": 2, "streams": 2},
-    "int8 sorted b16 2 streams": {"batch_size": 16, "threads": 2, "streams": 2},
-    "int8 128 tokens b8 2 streams": {"batch_size": 8, "threads": 2, "streams": 2, "max_length": 128},
-    "fp32 sorted b8 2 streams": {"batch_size": 8, "threads": 2, "streams": 2, "quantized": False},
+    "int8 b32 on 2 threads (before)": {"sort_by_length": False, "batch_size": 32, "threads": 2, "streams": 1},
+    "int8 b32 sorted on 2 threads": {"batch_size": 32, "threads": 2, "streams": 1},
+    "int8 b4 sorted, 2 streams": {"batch_size": 4, "threads": 2, "streams": 2},
+    "int8 b1, 2 streams (default)": {"batch_size": 1, "threads": 2, "streams": 2},
+    "int8 128 tokens b1, 2 streams": {"batch_size": 1, "threads": 2, "streams": 2, "max_length": 128},
+    "fp32 b1, 2 streams": {"batch_size": 1, "threads": 2, "streams": 2, "quantized": False},
 }
 PYTORCH = "pytorch fp32 (sentence-transformers)"
 

@@ -3,7 +3,7 @@
 :func:`embedder_for` is the only way to an :class:`Embedder`: it builds the model's provider
 (``local``, ``ollama`` or ``openai``) and wraps it in the seam every call goes through, which
 
-- opens a telemetry span ``groundkit.embed`` (model, provider, texts, tokens),
+- opens a telemetry span ``groundkit.embed`` (model, provider, texts, input, tokens),
 - checks every batch's vectors against the model's declared dimension (and count),
 - meters the tokens (and their cost, where priced) with :func:`groundkit.metering.meter`
   (kind ``embedding``) when given a connection to record on.
@@ -117,7 +117,7 @@ class _Seam:
 
     def _call(self, texts: list[str], *, query: bool) -> list[list[float]]:
         with telemetry.span("embed", model=self.model.name, provider=self.model.provider, texts=len(texts),
-                            query=None, flow=self._flow) as current:
+                            input="query" if query else "documents", flow=self._flow) as current:
             vectors, tokens = self._provider.embed(texts, query=query)
             self._check(vectors, len(texts))
             telemetry.set_attributes(current, tokens=tokens)

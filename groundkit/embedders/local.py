@@ -4,15 +4,18 @@ Vectors are sentence-transformers' for this model: the mean of the last hidden s
 real tokens, L2-normalised. Texts are cut at ``max_length`` tokens (256, the model's maximum; the
 bundled ``tokenizer.json`` says 128 and pads every text to it, so both are overridden here).
 
-Speed: texts are sorted by token count and batched in that order, so a batch pads only to its
-longest text, not the longest of the whole call; onnxruntime runs with ``threads`` intra-op
-threads (default: the cores this process may use) and sequential execution. The figures are
-in docs/embeddings.md (``python -m evals.bench embed``).
+Speed (docs/embeddings.md, ``python -m evals.bench embed``): by default each text is its own
+onnxruntime run (batch 1: no padding, and the fewest cache misses: a batch of 8 texts of 256
+tokens has 25 MB of attention scores), and as many runs go at once as there are cores, each on
+one thread (onnxruntime releases the GIL). Per CPU-second that does about a quarter more than
+batches of 32 on two intra-op threads, and far more on a loaded machine, where threads that
+wait for each other lose their turn. Batch 1 also makes a text's vector independent of its
+neighbours: dynamic int8 quantization scales each run's activations together.
 
-Options (``EmbeddingModel.options``): ``batch_size`` (32), ``max_length`` (256), ``threads``
-(the usable cores), ``streams`` (1: batches run one at a time, each on every thread; n: n batches
-at once, each on threads / n), ``sort_by_length`` (true), ``quantized`` (true: the int8 export;
-false: fp32, for comparison).
+Options (``EmbeddingModel.options``): ``batch_size`` (1: texts per run; larger batches are sorted
+by length, so each pads only to its longest text), ``max_length`` (256), ``threads`` (the usable
+cores), ``streams`` (runs at once, each on threads / streams threads; default: one per thread),
+``sort_by_length`` (true), ``quantized`` (true: the int8 export; false: fp32, for comparison).
 """
 
 from __future__ import annotations
@@ -40,10 +43,10 @@ MODEL_MAX_TOKENS = 256
 class LocalOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    batch_size: int = Field(32, ge=1, le=1024)
+    batch_size: int = Field(1, ge=1, le=1024)
     max_length: int = Field(MODEL_MAX_TOKENS, ge=8, le=MODEL_MAX_TOKENS)
     threads: int | None = Field(None, ge=1, le=256)
-    streams: int = Field(1, ge=1, le=64)
+    streams: int | None = Field(None, ge=1, le=64)
     sort_by_length: bool = True
     quantized: bool = True
 
@@ -79,7 +82,9 @@ class LocalProvider:
         session_options = ort.SessionOptions()
         # streams > 1: that many batches run at once (onnxruntime releases the GIL), each on
         # threads // streams cores, instead of one batch spread over every core
-        session_options.intra_op_num_threads = max(1, (options.threads or _usable_cores()) // options.streams)
+        threads = options.threads or _usable_cores()
+        self.streams = options.streams or threads
+        session_options.intra_op_num_threads = max(1, threads // self.streams)
         session_options.inter_op_num_threads = 1
         session_options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         session_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -115,11 +120,11 @@ class LocalProvider:
         def run(rows: Any) -> None:
             out[rows] = self._run([encodings[i] for i in rows], int(lengths[rows].max()))
 
-        if self.options.streams == 1 or len(batches) == 1:
+        if self.streams == 1 or len(batches) == 1:
             for rows in batches:
                 run(rows)
         else:
-            with ThreadPoolExecutor(self.options.streams) as pool:
+            with ThreadPoolExecutor(self.streams) as pool:
                 list(pool.map(run, batches))
         return out, int(lengths.sum())
 

@@ -14,6 +14,7 @@ Create Date: 2026-12-03
 - ``chunks.embed_hash_text`` / ``embed_hash_titled``: the hash of each recipe's text of the
   chunk, written with the chunk (sql/040_materialize.sql), so that searches join embeddings to
   the current chunks by an index. Existing chunks are hashed here (one pass over chunks).
+- ``objects_space_tier_idx``: the exact dense scan reads a reader's objects by space and tier.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ update groundkit.chunks c
  where o.object_id = c.object_id;
 create index chunks_embed_hash_text_idx on groundkit.chunks (embed_hash_text);
 create index chunks_embed_hash_titled_idx on groundkit.chunks (embed_hash_titled);
+-- the exact dense scan reaches a reader's objects by space and tier
+create index objects_space_tier_idx on groundkit.objects (space_id, tier_visibility);
 """
     )
 
