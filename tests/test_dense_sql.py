@@ -472,7 +472,7 @@ def test_hybrid_fuses_both_legs_with_their_ranks(dense: Groundkit) -> None:
     assert by["pub"]["bm25_rank"] is not None and by["pub"]["dense_rank"] is not None
     scores = [r["score"] for r in rows]
     assert scores == sorted(scores, reverse=True)
-    rrf = 1 / (60 + by["pub"]["bm25_rank"]) + 1 / (60 + by["pub"]["dense_rank"])
+    rrf = 1 / (20 + by["pub"]["bm25_rank"]) + 1 / (20 + by["pub"]["dense_rank"])  # the default rrf_k
     assert by["pub"]["score"] == pytest.approx(rrf)
     assert "<mark>" in by["pub"]["snippet"]
     # the match gate drops the dense-only hit without a query term
