@@ -142,3 +142,24 @@ def test_every_dense_function_raises_pgvector_missing_on_postgres_15(pg15_dsn: s
     with pytest.raises(PgvectorMissing):
         with psycopg.connect(pg15_dsn, autocommit=True) as conn:
             build_hnsw_index(conn, "m")
+
+
+def test_eval_quality_skips_the_dense_arms_without_pgvector(pg15_dsn: str, tmp_path: Path) -> None:
+    """`groundkit eval quality` on PostgreSQL 15: the bm25 arm runs, dense and hybrid are skipped
+    with the reason (GK008's message), nothing raised."""
+    import json
+
+    from groundkit.quality.harness import run_quality
+
+    root = tmp_path / "tiny"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "Kilns", "text": "Firing a kiln."}) + "\n"
+                                       + json.dumps({"_id": "d2", "title": "Glazes", "text": "Mixing glaze."}) + "\n")
+    (root / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "kiln firing"}) + "\n")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    skipped: list[tuple[str, str]] = []
+    rows = run_quality(root, pg15_dsn, arms=("bm25", "dense", "hybrid"),
+                       skipped=lambda arm, why: skipped.append((arm, why)), embedding_cache=tmp_path / "cache")
+    assert [r.arm for r in rows] == ["bm25"] and rows[0].ndcg_10 == 1.0
+    assert [a for a, _ in skipped] == ["dense", "hybrid"]
+    assert all("pgvector" in why for _, why in skipped)
