@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
-from groundkit import runs, telemetry
+from groundkit import embedding, runs, telemetry
 from groundkit.admin import Admin
 from groundkit.config import Settings
 from groundkit.dsn import connect as dsn_connect
@@ -25,9 +25,11 @@ from groundkit.errors import GroundkitError, InvalidArgument, UnknownContentType
 from groundkit.maintenance import REINDEX_DRIFT, REINDEX_STEP_POSTINGS
 from groundkit.models import (
     CONTENT_TYPES,
+    DEFAULT_SEARCH_MODE,
     MAX_K,
     MAX_MARKER_CHARS,
     MAX_QUERY_CHARS,
+    SEARCH_MODES,
     Citation,
     ContentObject,
     EngagementKind,
@@ -38,6 +40,7 @@ from groundkit.models import (
     RunDiffRow,
     RunSummary,
     SearchHit,
+    SearchMode,
     Segment,
     Space,
     StoredObject,
@@ -47,6 +50,9 @@ from groundkit.models import (
 from groundkit.session import Connection
 from groundkit.session import no_nul as _no_nul
 from groundkit.session import validated as _validated
+
+if TYPE_CHECKING:
+    from groundkit.embedders import Embedder
 
 __all__ = ["REINDEX_DRIFT", "REINDEX_STEP_POSTINGS", "Connection", "Groundkit", "connect", "resolve_dsn"]
 
@@ -93,9 +99,17 @@ class Groundkit(Admin):
     #: (``groundkit.config.sample_rate``; docs/telemetry.md)
     last_sample_id: UUID | None = None
 
+    def __init__(self, conn: Connection, *, flow: str | None = None) -> None:
+        super().__init__(conn)
+        if flow is not None and (not isinstance(flow, str) or not flow):
+            raise InvalidArgument("flow must be a non-empty string")
+        #: the flow query embeddings are metered to (docs/costs.md); None: not metered
+        self.flow = flow
+        self._embedders: dict[str, Embedder] = {}  # by model (its JSON), for this object's life
+
     @classmethod
-    def connect(cls, dsn: str | None = None) -> Groundkit:
-        return cls(connect(dsn))
+    def connect(cls, dsn: str | None = None, *, flow: str | None = None) -> Groundkit:
+        return cls(connect(dsn), flow=flow)
 
     def close(self) -> None:
         self.conn.close()
@@ -260,43 +274,71 @@ class Groundkit(Admin):
         space_ids: Sequence[str] | None = None,
         snippet_start: str = "<mark>",
         snippet_end: str = "</mark>",
+        *,
+        mode: SearchMode | None = None,
+        exact: bool = False,
+        fusion: str | None = None,
+        rrf_k: int | None = None,
+        bm25_weight: float | None = None,
+        dense_weight: float | None = None,
+        depth: int | None = None,
+        match_gate: bool | None = None,
     ) -> list[SearchHit]:
-        """The top ``k`` chunks ``reader_sub`` may see right now, ranked by BM25, each with its
-        citation and a snippet: HTML-escaped text around the matches, which stand between
-        ``snippet_start`` and ``snippet_end``."""
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise InvalidArgument(f"k must be between 1 and {MAX_K} (got {k!r})")
+        """The top ``k`` chunks ``reader_sub`` may see right now, each with its citation and a
+        snippet: HTML-escaped text around the matches, which stand between ``snippet_start`` and
+        ``snippet_end``.
+
+        ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`): ``bm25`` ranks by
+        BM25; ``dense`` embeds the query with the active embedding model and ranks the chunks
+        embedded by it by similarity (``exact``: an exact scan, never the HNSW index); ``hybrid``
+        fuses both legs in SQL, with ``fusion``, ``rrf_k``, ``bm25_weight``, ``dense_weight``,
+        ``depth`` and ``match_gate`` as ``groundkit.search_hybrid`` takes them (``None``: its
+        default). Dense and hybrid raise :class:`~groundkit.errors.PgvectorMissing` without
+        pgvector and :class:`~groundkit.errors.UnknownModel` without an active model. Every mode
+        checks the reader's permission inside the query."""
+        mode = DEFAULT_SEARCH_MODE if mode is None else mode
+        if mode not in SEARCH_MODES:
+            raise InvalidArgument(f"mode must be one of {', '.join(SEARCH_MODES)} (got {mode!r})")
+        if not isinstance(exact, bool):
+            raise InvalidArgument(f"exact must be a boolean (got {exact!r})")
+        _check_k(k)
         if not isinstance(query, str):
             raise InvalidArgument("query must be a string")
         if len(query) > MAX_QUERY_CHARS:
             raise InvalidArgument(f"query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
-        for name, seq in (("content_types", content_types), ("space_ids", space_ids)):
-            if isinstance(seq, str):
-                raise InvalidArgument(f"{name} must be a list of strings, not a string")
-        if content_types is not None:
-            unknown = [c for c in content_types if c not in CONTENT_TYPES]
-            if unknown:
-                raise UnknownContentType(f"unknown content_type {unknown[0]!r} in content_types")
+        _check_filters(content_types, space_ids)
         _check_markers(snippet_start, snippet_end)
         _no_nul(reader_sub=reader_sub, query=query, content_types=list(content_types or ()),
                 space_ids=list(space_ids or ()), snippet_start=snippet_start, snippet_end=snippet_end)
-        params = {
+        params: dict[str, Any] = {
             "reader_sub": reader_sub, "query": query, "k": k,
             "content_types": None if content_types is None else list(content_types),
             "space_ids": None if space_ids is None else list(space_ids),
             "snippet_start": snippet_start, "snippet_end": snippet_end,
         }
+        knobs = {"fusion": fusion, "rrf_k": rrf_k, "bm25_weight": bm25_weight, "dense_weight": dense_weight,
+                 "depth": depth, "match_gate": match_gate}
+        if mode != "hybrid" and any(v is not None for v in knobs.values()):
+            raise InvalidArgument("fusion, rrf_k, bm25_weight, dense_weight, depth and match_gate go with "
+                                  "mode='hybrid'")
+        if exact and mode != "dense":
+            raise InvalidArgument("exact goes with mode='dense'")
         self.last_sample_id = None
-        with telemetry.span("search", mode="bm25", k=k, query=query, reader=reader_sub) as current:
+        with telemetry.span("search", mode=mode, k=k, query=query, reader=reader_sub) as current:
+            leg: sql.Composable
+            if mode == "bm25":
+                leg = _BM25
+            else:
+                params["query_embedding"] = self._query_embedding(query)
+                params["exact"] = exact
+                leg = _DENSE if mode == "dense" else _hybrid_call(knobs, params)
             # the sampler's draw and the reader's tier rank in the search's own statement and
             # snapshot (sql/077_samples.sql says why the search cannot record itself)
             rows = self._fetch(
-                "select m.sample as _sample, m.tier_rank as _tier_rank, h.*"
-                "  from groundkit.search_sampling(%(reader_sub)s) m"
-                "  left join lateral groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s,"
-                " k => %(k)s, content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[],"
-                " snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s) h on true"
-                " order by h.score desc, h.object_id, h.chunk_seq",
+                sql.SQL("select m.sample as _sample, m.tier_rank as _tier_rank, h.*"
+                        "  from groundkit.search_sampling(%(reader_sub)s) m"
+                        "  left join lateral {} h on true"
+                        " order by h.score desc, h.object_id, h.chunk_seq").format(leg),
                 params,
             )
             sample, tier_rank = rows[0].pop("_sample"), rows[0].pop("_tier_rank")
@@ -304,9 +346,22 @@ class Groundkit(Admin):
                 del row["_sample"], row["_tier_rank"]
             hits = [SearchHit.model_validate(r) for r in rows if r["object_id"] is not None]
             telemetry.set_attributes(current, hits=len(hits), reader_tier_rank=tier_rank)
-            self.last_sample_id = self._record_sample(query, "bm25", k, tier_rank, hits) if sample else None
-        telemetry.add_hits(len(hits), mode="bm25")
+            self.last_sample_id = self._record_sample(query, mode, k, tier_rank, hits) if sample else None
+        telemetry.add_hits(len(hits), mode=mode)
         return hits
+
+    def _query_embedding(self, query: str) -> str:
+        """The query embedded by the active model, as pgvector text. The model is read on every
+        call (a cutover counts from the next search); its embedder is made once per model."""
+        from groundkit.embedders import embedder_for
+
+        model = embedding.active_model(self)
+        key = model.model_dump_json()
+        embedder = self._embedders.get(key)
+        if embedder is None:
+            embedder = embedder_for(model, meter_to=self if self.flow is not None else None, flow=self.flow)
+            self._embedders[key] = embedder
+        return embedding.vector_literal(embedder.embed_query(query))
 
     def _record_sample(self, query: str, mode: str, k: int, tier_rank: int | None,
                        hits: Sequence[SearchHit]) -> UUID | None:
@@ -482,6 +537,27 @@ class Groundkit(Admin):
 
     def prune_runs(self, before: datetime) -> int:
         return runs.prune_runs(self, before)
+
+_FILTERS = ("content_types => %(content_types)s::text[], space_ids => %(space_ids)s::text[]")
+_BM25 = sql.SQL("groundkit.search(reader_sub => %(reader_sub)s, query => %(query)s, k => %(k)s, " + _FILTERS
+                + ", snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s)")
+# (the embedding goes as text of unknown type: the function's signature makes it a vector, in
+# whichever schema pgvector lives)
+_DENSE = sql.SQL("groundkit.search_dense(reader_sub => %(reader_sub)s, query_embedding => %(query_embedding)s,"
+                 " k => %(k)s, " + _FILTERS + ", exact => %(exact)s)")
+
+
+def _hybrid_call(knobs: Mapping[str, object], params: dict[str, Any]) -> sql.Composable:
+    """``groundkit.search_hybrid(...)`` with the fusion knobs that were given; the others keep
+    the SQL function's defaults (one place for them)."""
+    given = {name: value for name, value in knobs.items() if value is not None}
+    params.update(given)
+    extra = [sql.SQL("{} => {}").format(sql.Identifier(name), sql.Placeholder(name)) for name in given]
+    return sql.SQL("groundkit.search_hybrid(reader_sub => %(reader_sub)s, query => %(query)s,"
+                   " query_embedding => %(query_embedding)s, k => %(k)s, " + _FILTERS
+                   + ", snippet_start => %(snippet_start)s, snippet_end => %(snippet_end)s{})"
+                   ).format(sql.SQL("").join(sql.SQL(", ") + e for e in extra))
+
 
 def _check_k(k: object) -> None:
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from groundkit.errors import ConfigError
 from groundkit.prices import PriceTable, load_price_table
@@ -20,7 +20,13 @@ KNOWN_ENV = {
     "GROUNDKIT_TEST_DSN": "test_dsn",
     # read by groundkit.telemetry on its first span: query,reader (docs/telemetry.md)
     "GROUNDKIT_TELEMETRY_INCLUDE": "telemetry_include",
+    # groundkit status --check: the embedding lag that alerts (docs/embedding-worker.md)
+    "GROUNDKIT_EMBEDDING_LAG_ALERT_S": "embedding_lag_alert_s",
+    "GROUNDKIT_EMBEDDING_LAG_ALERT_CHUNKS": "embedding_lag_alert_chunks",
 }
+
+# An active model's oldest unembedded chunk older than this alerts: ten passes of the worker.
+EMBEDDING_LAG_ALERT_S = 600.0
 
 
 class Settings(BaseModel):
@@ -33,6 +39,9 @@ class Settings(BaseModel):
     prices: Path | None = None  # the price table (groundkit.prices), validated with the settings
     test_dsn: str | None = None
     telemetry_include: str | None = None
+    # 0 or less: never
+    embedding_lag_alert_s: float = EMBEDDING_LAG_ALERT_S
+    embedding_lag_alert_chunks: int | None = None  # None: no limit on the count
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -44,7 +53,12 @@ class Settings(BaseModel):
                 f"known: {', '.join(sorted(KNOWN_ENV))}"
             )
         values: dict[str, str] = {KNOWN_ENV[k]: v for k, v in env.items() if k in KNOWN_ENV and v != ""}
-        settings = cls.model_validate(values)
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = next((k for k, v in KNOWN_ENV.items() if (v,) == tuple(first["loc"])), str(first["loc"]))
+            raise ConfigError(f"{name}: {first['msg']}") from None
         settings.price_table()  # a bad price table fails here, at startup
         return settings
 

@@ -107,6 +107,27 @@ class UnknownRun(InvalidArgument):
     sqlstate = "GK012"
 
 
+class UnknownModel(InvalidArgument):
+    """An embedding model that is not registered, or no active model where search needs one (GK015)."""
+
+    sqlstate = "GK015"
+
+
+class CutoverRefused(GroundkitError):
+    """A cutover to an embedding model that still lacks embeddings for current chunks, not
+    forced (GK016)."""
+
+    sqlstate = "GK016"
+
+
+class EmbeddingProviderError(GroundkitError):
+    """An embedding (or rerank) provider failed, was unreachable, is not configured, or answered
+    vectors that do not fit the model (another dimension, another count). Never answered by
+    falling back to another provider (GK017; raised by Python, not by SQL)."""
+
+    sqlstate = "GK017"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -121,6 +142,9 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK011": UnknownFlow,
     "GK012": UnknownRun,
     "GK014": Unauthenticated,
+    "GK015": UnknownModel,
+    "GK016": CutoverRefused,
+    "GK017": EmbeddingProviderError,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

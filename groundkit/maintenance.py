@@ -196,7 +196,8 @@ class Heartbeat:
         self.started_at = datetime.now(UTC)
 
     def beat(self, gk: Admin, report: MaintenanceReport | None = None, error: str | None = None) -> None:
-        """Say the worker is alive; with a pass's report or error, what that pass did."""
+        """Say the worker is alive; with a pass's report or error (or both: the pass ran, its
+        embedding failed), what that pass did."""
         gk._fetch(
             "insert into groundkit.worker_heartbeat as h"
             "       (worker_id, host, pid, started_at, beat_at, last_run_at, last_result, last_error)"
@@ -206,7 +207,7 @@ class Heartbeat:
             "       beat_at = now(),"
             "       last_run_at = coalesce(excluded.last_run_at, h.last_run_at),"
             "       last_result = coalesce(excluded.last_result, h.last_result),"
-            "       last_error = case when excluded.last_run_at is not null then null"
+            "       last_error = case when excluded.last_run_at is not null then excluded.last_error"
             "                         else coalesce(excluded.last_error, h.last_error) end,"
             "       stopped_at = null",
             {"id": self.worker_id, "host": self.host, "pid": self.pid, "started": self.started_at,
@@ -232,14 +233,23 @@ def run_worker(dsn: str | None, *, every: float | None = WORKER_EVERY_S,
                on_lost: Callable[[DatabaseUnavailable, float], None] | None = None,
                on_connected: Callable[[Groundkit, bool], None] | None = None,
                progress: StepProgress | None = None,
-               analyze_growth: float = ANALYZE_GROWTH, reindex_at: float = REINDEX_DRIFT) -> Heartbeat:
+               analyze_growth: float = ANALYZE_GROWTH, reindex_at: float = REINDEX_DRIFT,
+               embed: bool = True) -> Heartbeat:
     """The maintenance worker: :func:`maintain` every ``every`` seconds (once if None) on its own
     connection, reconnecting with backoff (:func:`keep_running`), with a heartbeat row after
-    every pass. A pass that fails with a :class:`GroundkitError` other than losing the database
-    is reported (``on_pass(None, error)``) and recorded in the heartbeat, and the worker goes on
-    (with ``every`` None it raises). Interrupted (KeyboardInterrupt, which the CLI raises on
-    SIGTERM too), it marks its heartbeat stopped and re-raises."""
+    every pass. With ``embed`` each pass then embeds what the active model and the models being
+    reindexed lack, and builds the HNSW indexes that are due (:class:`groundkit.embedding.EmbedPass`;
+    nothing without pgvector), as ``embed`` and ``hnsw`` steps of the report. A pass that fails
+    with a :class:`GroundkitError` other than losing the database is reported (``on_pass(None,
+    error)``) and recorded in the heartbeat, and the worker goes on (with ``every`` None it
+    raises). An embedding failure (a provider down) is reported with the pass's report
+    (``on_pass(report, error)``), and embedding backs off while maintenance goes on.
+    Interrupted (KeyboardInterrupt, which the CLI raises on SIGTERM too), it marks its heartbeat
+    stopped and re-raises."""
+    from groundkit.embedding import EmbedPass
+
     heartbeat = Heartbeat()
+    embedding = EmbedPass(every) if embed else None
 
     def connected(gk: Groundkit, again: bool) -> None:
         heartbeat.beat(gk)
@@ -257,8 +267,15 @@ def run_worker(dsn: str | None, *, every: float | None = WORKER_EVERY_S,
                 raise
             heartbeat.beat(gk, error=exc.message)
             return None, exc
-        heartbeat.beat(gk, report)
-        return report, None
+        failed = None
+        if embedding is not None:
+            steps, failed = embedding.run(gk, progress=progress)
+            if steps:
+                report = report.model_copy(update={
+                    "steps": report.steps + tuple(steps),
+                    "seconds": round(report.seconds + sum(st.seconds for st in steps), 3)})
+        heartbeat.beat(gk, report, error=None if failed is None else f"embedding: {failed.message}")
+        return report, failed
 
     keep_running(dsn, every, one_pass, on_result=lambda r: on_pass(*r), on_lost=on_lost,
                  on_connected=connected, on_stop=heartbeat.stopped)

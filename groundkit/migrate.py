@@ -53,13 +53,30 @@ class MigrationState(BaseModel):
         return not self.pending
 
 
+# Replaceable files that exist in two variants: ``NAME.pgvector.sql`` where the database has the
+# ``vector`` extension (their signatures name its types), ``NAME.stubs.sql`` (raising GK008) where not.
+PGVECTOR_SUFFIX = ".pgvector.sql"
+STUBS_SUFFIX = ".stubs.sql"
+HAS_PGVECTOR_SQL = "select exists (select 1 from pg_catalog.pg_extension where extname = 'vector')"
+
+
 def replaceable_sql() -> list[tuple[str, str]]:
-    """The replaceable SQL files (name, text), in the order they are applied."""
+    """The replaceable SQL files (name, text), in the order they are applied (both variants of a
+    file that needs pgvector: ``applies`` says which one a database takes)."""
     root = resources.files("groundkit.sql")
     files = sorted(
         (entry for entry in root.iterdir() if entry.name.endswith(".sql")), key=lambda e: e.name
     )
     return [(f.name, f.read_text(encoding="utf-8")) for f in files]
+
+
+def applies(name: str, pgvector: bool) -> bool:
+    """Whether the replaceable file ``name`` is applied to a database with (or without) pgvector."""
+    if name.endswith(PGVECTOR_SUFFIX):
+        return pgvector
+    if name.endswith(STUBS_SUFFIX):
+        return not pgvector
+    return True
 
 
 def _script_location() -> Path:

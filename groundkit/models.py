@@ -18,6 +18,12 @@ MAX_QUERY_CHARS = 4096
 MAX_K = 200
 MAX_MARKER_CHARS = 64  # snippet_start / snippet_end
 
+SearchMode = Literal["bm25", "dense", "hybrid"]
+SEARCH_MODES: tuple[str, ...] = ("bm25", "dense", "hybrid")
+# The mode every search surface uses when none is given. BM25 until the quality eval shows that
+# dense or hybrid earns the default on the collections we measure (docs/evals.md); change it here.
+DEFAULT_SEARCH_MODE: SearchMode = "bm25"
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -124,10 +130,14 @@ class CitedChunk(_Frozen):
 
 
 class SearchHit(CitedChunk):
-    """One visible chunk, ranked by BM25. ``score`` is never negative."""
+    """One visible chunk, ranked by BM25, by its embedding's similarity (dense) or by both fused
+    (hybrid). ``score`` is never negative. In hybrid, ``bm25_rank`` and ``dense_rank`` are where
+    each leg ranked the chunk (``None``: that leg did not return it); ``None`` in the other modes."""
 
     score: float = Field(ge=0.0)
     snippet: str | None = None
+    bm25_rank: int | None = None
+    dense_rank: int | None = None
 
 
 class Citation(CitedChunk):
@@ -236,13 +246,14 @@ class Due(_Frozen):
     reason: str
 
 
-StepName = Literal["reindex", "merge", "analyze", "vacuum"]
+StepName = Literal["reindex", "merge", "analyze", "vacuum", "embed", "hnsw"]
 
 
 class MaintenanceStep(_Frozen):
     """One step of a maintenance pass. ``count`` is what the step reports: postings rewritten
     (``reindex``, its vacuum of the postings included), postings merged (``merge``), lists
-    sketched (``analyze``), tables vacuumed (``vacuum``)."""
+    sketched (``analyze``), tables vacuumed (``vacuum``), chunks embedded (``embed``, its
+    ``reason`` the model), HNSW indexes built (``hnsw``, the model)."""
 
     name: StepName
     reason: str

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from groundkit.models import SearchHit
+from groundkit.models import SearchHit, SearchMode
 
 
 @runtime_checkable
@@ -24,4 +24,13 @@ class Retriever(Protocol):
         space_ids: Sequence[str] | None = None,
         snippet_start: str = "<mark>",
         snippet_end: str = "</mark>",
+        *,
+        mode: SearchMode | None = None,
+        exact: bool = False,
+        fusion: str | None = None,
+        rrf_k: int | None = None,
+        bm25_weight: float | None = None,
+        dense_weight: float | None = None,
+        depth: int | None = None,
+        match_gate: bool | None = None,
     ) -> list[SearchHit]: ...

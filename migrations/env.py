@@ -11,7 +11,15 @@ import sys
 
 from alembic import context
 
-from groundkit.migrate import LOCK_SQL, SCHEMA_SQL, replaceable_sql
+from groundkit.migrate import (
+    HAS_PGVECTOR_SQL,
+    LOCK_SQL,
+    PGVECTOR_SUFFIX,
+    SCHEMA_SQL,
+    STUBS_SUFFIX,
+    applies,
+    replaceable_sql,
+)
 
 config = context.config
 
@@ -27,8 +35,10 @@ def run_migrations_offline() -> None:
     with context.begin_transaction():
         out.write(f"{LOCK_SQL};\n\n{SCHEMA_SQL};\n\n")
         context.run_migrations()
+        # offline, the server is unknown: the variants that work without pgvector
         for name, text in replaceable_sql():
-            out.write(f"-- groundkit/sql/{name}\n{text}\n")
+            if applies(name, pgvector=False):
+                out.write(f"-- groundkit/sql/{name}\n{text}\n")
 
 
 def run_migrations_online() -> None:
@@ -47,7 +57,12 @@ def run_migrations_online() -> None:
         context.run_migrations()
         # (tests that build an older schema set revisions_only: today's SQL needs today's tables)
         if not config.attributes.get("revisions_only"):
-            for _name, text in replaceable_sql():
+            for name, text in replaceable_sql():
+                # asked per file: an earlier file (sql/086_dense.sql) may have created the extension
+                if name.endswith((PGVECTOR_SUFFIX, STUBS_SUFFIX)):
+                    row = raw.execute(HAS_PGVECTOR_SQL).fetchone()
+                    if not applies(name, pgvector=bool(row and row[0])):
+                        continue
                 raw.execute(text)
 
 

@@ -98,6 +98,29 @@ as $$
                        coalesce(title, '') || E'\n' || coalesce(search_prefix || E'\n', '') || content)
 $$;
 
+-- The text an embedding model embeds of a chunk, by the model's recipe (docs/dense.md): 'text',
+-- the chunk's content; 'titled', the text BM25 indexes (_chunk_tsv: the object's title, the
+-- headings or thread header above the chunk, its content). Its SHA-256 is the chunk's key into
+-- groundkit.embeddings (chunks.embed_hash_text / embed_hash_titled, written below). Inlined into
+-- its callers (no SET clause, as _chunk_tsv); they pin search_path. Revision 0022 keeps its own
+-- copy for the chunks it hashed.
+create or replace function groundkit._embed_text(recipe text, title text, search_prefix text, content text)
+returns text
+language sql immutable parallel safe
+as $$
+    select case recipe
+               when 'text' then content
+               when 'titled' then coalesce(title, '') || E'\n' || coalesce(search_prefix || E'\n', '') || content
+           end
+$$;
+
+create or replace function groundkit._embed_hash(t text)
+returns bytea
+language sql immutable parallel safe
+as $$
+    select pg_catalog.sha256(pg_catalog.convert_to(t, 'UTF8'))
+$$;
+
 -- The visibility bucket of a chunk (postings.vis_key, docs/bm25.md): the tier rank shared
 -- content needs, or a hash naming the private space or the owner. Only used to choose which
 -- postings lists a reader reads; the live predicate still decides visibility.
@@ -275,12 +298,15 @@ begin
         insert into groundkit.chunks (object_id, object_version, chunk_seq, content, tsv, doc_len,
                                       stat_scope, start_ms, end_ms, chunker_version, chunker,
                                       chunk_chars, chunk_overlap, char_start, char_end, heading_path,
-                                      search_prefix)
+                                      search_prefix, embed_hash_text, embed_hash_titled)
         select ev.object_id, ev.version, ch.chunk_seq, ch.content, v.tsv,
                (select coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
                   from unnest(v.tsv) u)::integer,
                ev.scope, ch.start_ms, ch.end_ms, ch.chunker_version, ch.chunker,
-               sz.chars, sz.overlap, ch.char_start, ch.char_end, ch.heading_path, ch.search_prefix
+               sz.chars, sz.overlap, ch.char_start, ch.char_end, ch.heading_path, ch.search_prefix,
+               -- the chunk's keys into groundkit.embeddings, one per recipe (docs/dense.md)
+               groundkit._embed_hash(groundkit._embed_text('text', ev.title, ch.search_prefix, ch.content)),
+               groundkit._embed_hash(groundkit._embed_text('titled', ev.title, ch.search_prefix, ch.content))
           from ev
          -- the content type's sizes, as groundkit.chunk_sizes() reads them
          cross join lateral (

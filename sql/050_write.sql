@@ -325,6 +325,8 @@ begin
     perform groundkit._compact_term_stats(terms);
     -- nor the planner's statistics (docs/operations.md, "What a redaction leaves")
     perform groundkit._restat_terms(terms);
+    -- nor any embedding of it: every embedding no current chunk uses goes (sql/086_dense.sql)
+    perform groundkit._forget_unused_embeddings();
     return 'applied';
 end
 $$;

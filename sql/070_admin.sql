@@ -34,7 +34,10 @@ as $$
                                      coalesce(c.chunker, '-'), coalesce(c.chunk_chars::text, '-'),
                                      coalesce(c.chunk_overlap::text, '-'), coalesce(c.char_start::text, '-'),
                                      coalesce(c.char_end::text, '-'), coalesce(c.heading_path::text, '-'),
-                                     coalesce(md5(c.search_prefix), '-'))
+                                     coalesce(md5(c.search_prefix), '-'),
+                                     -- the keys into groundkit.embeddings (revision 0022)
+                                     coalesce(encode(c.embed_hash_text, 'hex'), '-'),
+                                     coalesce(encode(c.embed_hash_titled, 'hex'), '-'))
                       from groundkit.chunks c
                     union all
                     select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq,

@@ -236,3 +236,42 @@ begin
     end if;
 end
 $runs$;
+
+-- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
+-- their query with); writers register models, run the embedding worker, read the lag and cut
+-- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'
+-- signatures differ with and without pgvector (087_dense_search.*.sql): found by name.
+do $dense$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.add_embedding_model(text, text, integer, text, text, jsonb)',
+        'groundkit.list_embedding_models()',
+        'groundkit.active_embedding_model()',
+        'groundkit.embedding_lag(text)',
+        'groundkit.embed_claim(text, integer)',
+        'groundkit.embed_store(text, bytea[], real[])',
+        'groundkit.cutover(text, boolean)',
+        'groundkit.hnsw_status(text)'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+        if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+            execute format('grant execute on function %s to groundkit_writer', fn);
+        end if;
+    end loop;
+    for fn in
+        select p.oid::regprocedure::text
+          from pg_catalog.pg_proc p join pg_catalog.pg_namespace n on n.oid = p.pronamespace
+         where n.nspname = 'groundkit' and p.proname in ('search_dense', 'search_hybrid')
+    loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+        if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+            execute format('grant execute on function %s to groundkit_reader', fn);
+        end if;
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant execute on function groundkit.active_embedding_model() to groundkit_reader;
+    end if;
+end
+$dense$;

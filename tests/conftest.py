@@ -242,3 +242,10 @@ def waits_for_commit(holder: psycopg.Connection[Any], dsn: str, statement: str, 
     t.join(30)
     assert not t.is_alive() and done["at"] >= committed
     return done["row"]
+
+
+@pytest.fixture(scope="session")
+def embed_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A data directory for the local embedding model, shared by the session: its ONNX export is
+    made there once, at first use (tests/test_embedders.py), as on a fresh machine."""
+    return tmp_path_factory.mktemp("embed-home")

@@ -7,8 +7,10 @@ the same answers on both sides.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -165,3 +167,67 @@ def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys
     for arm in ("bare", "none", "api", "sdk"):
         assert f"\n{arm} " in out or out.startswith(f"{arm} ")
     assert "telemetry.span() entered and left without the package" in out
+
+
+def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """On a six-abstract BEIR collection: every variant's docs/s and nDCG@10, and the load."""
+    monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))
+    docs = {"d1": "Mitochondria produce ATP by oxidative phosphorylation.", "d2": "Insulin lowers blood glucose.",
+            "d3": "The stock market fell sharply.", "d4": "Cats sleep most of the day.",
+            "d5": "Vaccines train the immune system.", "d6": "Rainfall was heavy in April."}
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()), encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "how do cells make energy"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "immunisation"}) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td5\t1\n")
+    assert main(["embed", "--data", str(tmp_path), "--docs", "6", "--rounds", "1",
+                 "--variants", "int8 b32 sorted on 2 threads", "int8 b1, 2 streams (default)", "pytorch"]) == 0
+    out = capsys.readouterr().out
+    assert "6 SciFact abstracts, 2 queries" in out and "load average before: " in out
+    rows = re.findall(r"^\| (.+?) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", out, re.MULTILINE)
+    assert [r[0] for r in rows] == ["int8 b32 sorted on 2 threads", "int8 b1, 2 streams (default)",
+                                    "pytorch fp32 (sentence-transformers)"]
+    assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first
+
+
+def test_dense_measures_recall_and_latency_by_visible_fraction(server_dsn: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dense", "--dsn", server_dsn, "--chunks", "1000", "--queries", "6", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "### 1,000 chunks, 384-d vectors in 100 clusters" in out
+    for reader, visible in (("v100", "1,000"), ("v10", "100"), ("v1", "10")):
+        row = next(line for line in out.splitlines() if line.startswith(f"| {reader} ({visible}) |"))
+        recalls = [float(x) for x in row.strip("| ").split(" | ")[-2:]]
+        assert all(0.5 <= r <= 1.0 for r in recalls), row
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        assert conn.execute("select count(*) from pg_database where datname like 'gk_bh_dense_%'").fetchone() == (0,)
+
+
+def test_fusion_grid_on_a_tiny_collection(server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """BM25 and dense alone, then the grid, best first; search_hybrid agrees with the grid's RRF."""
+    docs = {"d1": ("Energy", "Mitochondria produce ATP by oxidative phosphorylation."),
+            "d2": ("Diabetes", "Insulin lowers blood glucose."), "d3": ("Markets", "The stock market fell sharply."),
+            "d4": ("Vaccines", "Vaccines train the immune system to fight infection.")}
+    root = tmp_path / "tiny"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": k, "title": t, "text": x}) + "\n" for k, (t, x) in docs.items()), encoding="utf-8")
+    (root / "queries.jsonl").write_text(
+        json.dumps({"_id": "q1", "text": "how do cells make energy"}) + "\n"
+        + json.dumps({"_id": "q2", "text": "immunisation against infection"}) + "\n", encoding="utf-8")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td4\t1\n")
+    assert main(["fusion", "--dataset", str(root), "--dsn", server_dsn, "--top", "3",
+                 "--embedding-cache", str(tmp_path / "cache")]) == 0
+    captured = capsys.readouterr()
+    rows = re.findall(r"^\| (.+?) \| ([0-9.]+) / ([0-9.]+) \|$", captured.out, re.MULTILINE)
+    assert [r[0] for r in rows[:2]] == ["bm25 alone", "dense alone"] and len(rows) == 5
+    assert float(rows[1][1]) == 1.0  # dense finds both by meaning
+    check = re.search(r"search_hybrid \(rrf k=20 .*\) nDCG@10 ([0-9.]+), the same fusion here ([0-9.]+)", captured.err)
+    assert check is not None and check[1] == check[2]
+    tests = re.findall(r"^\| (.+?) \| ([+-][0-9.]+) \(p ([0-9.]+)\) \|$", captured.out, re.MULTILINE)
+    assert [t[0] for t in tests] == ["bm25 alone", "dense alone", "rrf k=60", "score minmax a=0.4", "score z a=0.5",
+                                     "rrf k=20, gate"]
+    assert all(0.0 <= float(t[2]) <= 1.0 for t in tests)

@@ -97,6 +97,13 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "runs list": [[], ["--json"]],
         "runs diff": [[RUN_ID, RUN_ID]],
         "runs prune": [["--before", "2026-01-01"]],
+        "embed": [[], ["--model", "m1", "--json"]],
+        "models add": [["m1", "--provider", "openai", "--dimension", "8", "--url", "http://127.0.0.1:1",
+                        "--remote-model", "x"]],
+        "models list": [[]],
+        "reindex": [["--model", "m1"]],
+        "shadow-compare": [["--model", "m1", "--as", "m1", "--sampled", "5"]],
+        "cutover": [["--model", "m1"]],
     }
 
 

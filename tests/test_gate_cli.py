@@ -15,7 +15,8 @@ from groundkit.gate import runner as gate_mod
 from groundkit.gate.golden import Hit, Searcher, real_searcher
 
 # covered by tests/test_gate_concurrency.py and tests/test_gate_surfaces.py
-HEAVY = ["--skip", "faults", "--skip", "concurrency", "--skip", "surfaces"]
+# (dense: tests/test_gate_dense.py runs it)
+HEAVY = ["--skip", "faults", "--skip", "concurrency", "--skip", "surfaces", "--skip", "dense"]
 
 
 def _cli() -> typer.Typer:
@@ -38,7 +39,7 @@ def test_gate_passes_with_tap_and_json(server_dsn: str) -> None:
     assert summary["failed"] == 0 and summary["leaks"] == 0 and summary["resurrections"] == 0
     assert summary["planted_bugs_caught"] == summary["planted_bugs"] == 3
     assert summary["bad_inputs_tried"] >= 120
-    assert summary["skipped"] == 3
+    assert summary["skipped"] == 4
     assert "ok 1 - golden world loads" in result.stderr
     assert "# SKIP" in result.stderr
 
@@ -65,7 +66,7 @@ def test_gate_fails_closed_on_a_leak(server_dsn: str, monkeypatch: pytest.Monkey
         return search
 
     monkeypatch.setattr(gate_mod, "real_searcher", leaky_factory)
-    skip = [x for s in ("planted", "model", "concurrency", "faults", "roles", "bad_input", "surfaces")
+    skip = [x for s in ("planted", "model", "concurrency", "faults", "roles", "bad_input", "surfaces", "dense")
             for x in ("--skip", s)]
     result = CliRunner().invoke(_cli(), ["eval", "gate", "--dsn", server_dsn, "--json", *skip])
     assert result.exit_code == 1

@@ -115,7 +115,8 @@ SQL_FUNCTIONS = ["put_member", "put_space", "grant_space", "revoke_space", "put_
 
 def test_parameter_names_match_the_sql_functions(raw: Raw) -> None:
     """A parameter named differently from its protocol: every public method's parameters are
-    the SQL function's input parameters, by name and in order."""
+    the SQL function's input parameters, by name and in order (then keyword-only ones that
+    choose among SQL functions, such as search's mode)."""
     for name in SQL_FUNCTIONS:
         rows = raw.execute(
             "select p.proargnames, p.proargmodes from pg_proc p join pg_namespace n on n.oid = p.pronamespace"
@@ -125,7 +126,8 @@ def test_parameter_names_match_the_sql_functions(raw: Raw) -> None:
         assert len(rows) == 1, f"groundkit.{name} is overloaded or missing"
         names, modes = rows[0]
         sql_params = [n for i, n in enumerate(names) if modes is None or modes[i] in ("i", "b")]
-        py_params = list(inspect.signature(getattr(Groundkit, name)).parameters)[1:]  # without self
+        py_params = [p.name for p in list(inspect.signature(getattr(Groundkit, name)).parameters.values())[1:]
+                     if p.kind is not inspect.Parameter.KEYWORD_ONLY]  # without self
         assert py_params == sql_params, name
 
 

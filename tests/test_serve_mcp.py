@@ -65,7 +65,7 @@ def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groun
         tools = {t.name: t for t in (await client.list_tools()).tools}
         assert set(tools) == {"search", "home", "fetch_citation"}
         schema = tools["search"].input_schema
-        assert set(schema["properties"]) == {"query", "k", "content_types", "space_ids"}
+        assert set(schema["properties"]) == {"query", "k", "content_types", "space_ids", "mode"}
         assert schema["additionalProperties"] is False
         assert schema["properties"]["k"]["maximum"] == 50
         assert tools["search"].output_schema is not None

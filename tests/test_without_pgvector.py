@@ -15,10 +15,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 import groundkit
-from groundkit import Groundkit
+from groundkit import Groundkit, PgvectorMissing
+from groundkit.dense import build_hnsw_index
+from groundkit.errors import from_psycopg
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -69,3 +72,94 @@ def test_everything_but_dense_works_on_postgres_15_without_pgvector(pg15_dsn: st
         before = gk.state_checksum()
         gk.rebuild()
         assert gk.state_checksum() == before
+
+
+def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: str) -> None:
+    """Without pgvector: `groundkit embed`, dense and hybrid search fail with PgvectorMissing
+    (GK008) and say what to do; `groundkit status` says dense search is unavailable, and is not
+    an error (nor a --check breach); the worker's pass has no embedding step and no error."""
+    import json
+    import sys
+
+    from groundkit.errors import PgvectorMissing
+
+    cli = [sys.executable, "-c", "from groundkit.cli import app; app()"]
+    groundkit.migrate(pg15_dsn)
+    with Groundkit.connect(pg15_dsn) as gk:
+        gk.put_member("cy", "T0")
+        gk.put_space("dense-commons")
+        gk.put_object("d1", 1, "board_post", "dense-commons", "T0", "Kilns", "firing a kiln")
+        for mode in ("dense", "hybrid"):
+            with pytest.raises(PgvectorMissing, match="pgvector"):
+                gk.search("cy", "kiln", mode=mode)
+        assert [h.object_id for h in gk.search("cy", "kiln")] == ["d1"]
+    for args in (["embed"], ["embed", "--model", "m"], ["search", "kiln", "--as", "cy", "--mode", "dense"],
+                 ["models", "list"], ["cutover", "--model", "m"]):
+        done = subprocess.run([*cli, *args, "--dsn", pg15_dsn], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, (args, done.stderr)
+        assert "error [GK008]" in done.stderr and "pgvector" in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+    status = subprocess.run([*cli, "status", "--check", "--dsn", pg15_dsn], capture_output=True, text=True,
+                            timeout=120)
+    assert status.returncode == 0, status.stderr
+    assert "dense search unavailable: this server has no pgvector" in status.stdout
+    as_json = subprocess.run([*cli, "status", "--json", "--dsn", pg15_dsn], capture_output=True, text=True,
+                             timeout=120)
+    assert json.loads(as_json.stdout)["dense"] == {"available": False, "lag": [], "alerts": []}
+    worker = subprocess.run([*cli, "worker", "--once", "--json", "--dsn", pg15_dsn], capture_output=True, text=True,
+                            timeout=120)
+    assert worker.returncode == 0, worker.stderr
+    assert json.loads(worker.stdout)["error"] is None
+
+
+def test_every_dense_function_raises_pgvector_missing_on_postgres_15(pg15_dsn: str) -> None:
+    """GK008 from each dense function, named by the contract; the searches are stubs taking the
+    query embedding as text (an untyped literal, as a client without pgvector's types sends it)."""
+    groundkit.migrate(pg15_dsn)
+    calls = [
+        "select groundkit.add_embedding_model('m', 'local', 3)",
+        "select * from groundkit.list_embedding_models()",
+        "select * from groundkit.active_embedding_model()",
+        "select * from groundkit.embedding_lag()",
+        "select * from groundkit.embedding_lag('m')",
+        "select * from groundkit.embed_claim('m', 10)",
+        "select groundkit.embed_store('m', array[]::bytea[], array[]::real[])",
+        "select * from groundkit.cutover('m')",
+        "select * from groundkit.hnsw_status('m')",
+        "select * from groundkit.search_dense('ana', '[1, 0, 0]')",
+        "select * from groundkit.search_hybrid('ana', 'price', '[1, 0, 0]')",
+    ]
+    with Groundkit.connect(pg15_dsn) as gk:
+        for call in calls:
+            with pytest.raises(PgvectorMissing):
+                try:
+                    gk.conn.execute(call)
+                except psycopg.Error as exc:
+                    raise from_psycopg(exc) from None
+        # and the tables are there all the same: a later pgvector finds them
+        row = gk.conn.execute("select count(*) as n from groundkit.embeddings").fetchone()
+        assert row == {"n": 0}
+    with pytest.raises(PgvectorMissing):
+        with psycopg.connect(pg15_dsn, autocommit=True) as conn:
+            build_hnsw_index(conn, "m")
+
+
+def test_eval_quality_skips_the_dense_arms_without_pgvector(pg15_dsn: str, tmp_path: Path) -> None:
+    """`groundkit eval quality` on PostgreSQL 15: the bm25 arm runs, dense and hybrid are skipped
+    with the reason (GK008's message), nothing raised."""
+    import json
+
+    from groundkit.quality.harness import run_quality
+
+    root = tmp_path / "tiny"
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text(json.dumps({"_id": "d1", "title": "Kilns", "text": "Firing a kiln."}) + "\n"
+                                       + json.dumps({"_id": "d2", "title": "Glazes", "text": "Mixing glaze."}) + "\n")
+    (root / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "kiln firing"}) + "\n")
+    (root / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    skipped: list[tuple[str, str]] = []
+    rows = run_quality(root, pg15_dsn, arms=("bm25", "dense", "hybrid"),
+                       skipped=lambda arm, why: skipped.append((arm, why)), embedding_cache=tmp_path / "cache")
+    assert [r.arm for r in rows] == ["bm25"] and rows[0].ndcg_10 == 1.0
+    assert [a for a, _ in skipped] == ["dense", "hybrid"]
+    assert all("pgvector" in why for _, why in skipped)

@@ -14,6 +14,10 @@
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
+    fusion        BM25 and dense fused (RRF, score; weights, depth, match gate) on BEIR collections: nDCG@10
+    embed         the local embedding model's docs/s and nDCG@10 on SciFact, per variant, and PyTorch's
+    embed-job     groundkit embed's job (claim, embed, store, commit) against the provider alone
+    dense         the dense leg: HNSW recall@10 against the exact scan and latency, at 100 %, 10 %, 1 % visible
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -27,6 +31,10 @@ from evals.bench import (
     ab,
     chunking,
     costs,
+    dense,
+    embed,
+    embed_job,
+    fusion,
     home,
     http,
     ingest,
@@ -55,6 +63,10 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "costs": costs.main,
     "runs": runs.main,
     "telemetry": telemetry.main,
+    "fusion": fusion.main,
+    "embed": embed.main,
+    "embed-job": embed_job.main,
+    "dense": dense.main,
 }
 
 

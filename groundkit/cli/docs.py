@@ -48,6 +48,8 @@ PAGE_OF: dict[str, str] = {
     "status": "cli/operations.md", "merge": "cli/operations.md", "worker": "cli/operations.md",
     "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
     "tokens": "cli/operations.md",
+    "embed": "cli/operations.md", "models": "cli/operations.md", "reindex": "cli/operations.md",
+    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md",
     "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
 }
 
@@ -65,6 +67,9 @@ EXAMPLES: dict[str, str] = {
     "status": "$ groundkit status --json | jq .due",
     "merge": "$ groundkit merge\nmerged 4096 pending posting(s)",
     "worker": "$ groundkit worker --every 60\n$ groundkit worker --once --json",
+    "embed": '$ groundkit embed --json\n{"model": "minilm", "chunks": 5183, "seconds": 61.2, "chunks_per_s": 84.7}',
+    "cutover": "$ groundkit cutover --model bge\nactive embedding model: bge (was minilm)\n"
+               "$ groundkit eval gate   # the gate runs again after every cutover",
     "search": '$ groundkit search --as ana "price a commission" -k 5',
     "demo": "$ groundkit demo",
     "home": "$ groundkit home --reader ana --mode top -k 10",
@@ -73,7 +78,7 @@ EXAMPLES: dict[str, str] = {
     "db stop": "$ groundkit db stop",
     "config set-bm25": "$ groundkit config set-bm25 1.2 0.75",
     "config set-chunk-sizes": "$ groundkit config set-chunk-sizes transcript --chars 1000 --overlap 150",
-    "eval quality": "$ groundkit eval quality --dataset data/scifact --arm groundkit --arm tantivy",
+    "eval quality": "$ groundkit eval quality --dataset data/scifact --arm bm25 --arm dense --arm hybrid",
     "eval gate": "$ groundkit eval gate --embedded",
     "serve mcp": "$ groundkit serve mcp --reader ana                 # stdio, for a local agent\n"
                  "$ groundkit serve mcp --transport http --port 8001  # streamable HTTP at /mcp, bearer tokens",

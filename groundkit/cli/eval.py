@@ -26,8 +26,9 @@ app.command("gate")(eval_gate.gate)
 def quality(
     dataset: Annotated[Path | None, typer.Option(help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
                                                  "or a Cranfield folder.", exists=True, file_okay=False)] = None,
-    arm: Annotated[list[str] | None, typer.Option(help="Arms to run (repeatable). Default: all of "
-                                                  "groundkit, ts_rank_cd, fts5, tantivy, bm25s.")] = None,
+    arm: Annotated[list[str] | None, typer.Option(help="Arms to run (repeatable): groundkit's bm25, dense and "
+                                                  "hybrid (docs/evals.md), ts_rank_cd, fts5, tantivy, bm25s. "
+                                                  "Default: all.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per arm, one per line.")] = False,
     reference: Annotated[bool, typer.Option(
         "--reference", help="Instead: check the reference engines against their known numbers on this "

@@ -19,12 +19,13 @@ from rich.progress import (
 )
 
 import groundkit
-from groundkit import maintenance
+from groundkit import embedding, maintenance
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import costs as costs_cli
 from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
+from groundkit.cli import dense as dense_cli
 from groundkit.cli import eval as eval_cli
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
@@ -35,9 +36,18 @@ from groundkit.cli._common import DsnOption, err, handle_errors, out, print_erro
 from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
-from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError
+from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError, InvalidArgument
 from groundkit.maintenance import ANALYZE_GROWTH, REINDEX_DRIFT
-from groundkit.models import IndexStatus, MaintenanceReport, WorkerHeartbeat
+from groundkit.models import (
+    DEFAULT_SEARCH_MODE,
+    SEARCH_MODES,
+    Due,
+    IndexStatus,
+    MaintenanceReport,
+    OutdatedChunks,
+    SearchMode,
+    WorkerHeartbeat,
+)
 
 app = typer.Typer(
     name="groundkit",
@@ -59,6 +69,11 @@ app.command("home")(home_cli.home)
 app.command("costs")(costs_cli.costs)
 app.command("replay")(runs_cli.replay)
 app.add_typer(runs_cli.app, name="runs")
+app.command("embed")(dense_cli.embed)
+app.add_typer(dense_cli.models_app, name="models")
+app.command("reindex")(dense_cli.reindex)
+app.command("shadow-compare")(dense_cli.shadow_compare)
+app.command("cutover")(dense_cli.cutover)
 
 
 @app.callback()
@@ -217,25 +232,63 @@ def _reindex(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
 @handle_errors
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of lines.")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Exit 1 when an active embedding model's lag breaches --lag-alert-s or --lag-alert-chunks "
+                        "(for monitoring).")] = False,
+    lag_alert_s: Annotated[float | None, typer.Option(
+        help="Alert when the active model's oldest unembedded chunk is older than this (seconds; 0 never). "
+             "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_S, else 600.")] = None,
+    lag_alert_chunks: Annotated[int | None, typer.Option(
+        min=0, help="Alert when more chunks than this lack the active model's embedding. "
+                    "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_CHUNKS, else no limit.")] = None,
     dsn: DsnOption = None,
 ) -> None:
     """Show the search index's state: chunks, pending postings, how old the planning statistics
     are, whether the postings' impacts fit the configuration and the chunks, chunks made by
     another chunker version or other sizes than the configuration's (groundkit rebuild re-chunks
-    them), when a worker last ran, and what a maintenance pass would do now (due)."""
+    them), each embedding model's lag, when a worker last ran, and what a maintenance pass would
+    do now (due)."""
+    settings = Settings.from_env()
+    alert_s = settings.embedding_lag_alert_s if lag_alert_s is None else lag_alert_s
+    alert_chunks = settings.embedding_lag_alert_chunks if lag_alert_chunks is None else lag_alert_chunks
     with Groundkit.connect(dsn) as gk:
         st = gk.index_status()
         due = gk.due()
         workers = gk.workers()
         outdated = gk.outdated_chunks()
+        dense = embedding.dense_available(gk)
+        lags = embedding.lag(gk) if dense else []
+    alerts = [a for a in (_lag_alert(lag, alert_s, alert_chunks) for lag in lags) if a]
     if as_json:
         # (an infinite drift, k1 or b changed, is null)
         body = json.loads(st.model_dump_json())
         body["due"] = [d.model_dump() for d in due]
         body["workers"] = [json.loads(w.model_dump_json()) for w in workers]
         body["outdated_chunks"] = [o.model_dump() for o in outdated]
+        body["dense"] = {"available": dense, "lag": [json.loads(lag.model_dump_json()) for lag in lags],
+                         "alerts": alerts}
         sys.stdout.write(json.dumps(body) + "\n")
-        return
+    else:
+        _print_status(st, due, workers, outdated, dense, lags, alerts)
+    if check and alerts:
+        raise typer.Exit(1)
+
+
+def _lag_alert(lag: embedding.EmbeddingLag, alert_s: float, alert_chunks: int | None) -> str | None:
+    """Why an active model's lag alerts, or None."""
+    if lag.state != "active":
+        return None
+    if alert_s > 0 and lag.oldest_age_s is not None and lag.oldest_age_s > alert_s:
+        return (f"{lag.model}: the oldest unembedded chunk waits {lag.oldest_age_s:.0f} s, more than "
+                f"{alert_s:g} s (is a worker running? groundkit worker, or groundkit embed)")
+    if alert_chunks is not None and lag.missing > alert_chunks:
+        return f"{lag.model}: {lag.missing:,} chunks unembedded, more than {alert_chunks:,}"
+    return None
+
+
+def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHeartbeat, ...],
+                  outdated: tuple[OutdatedChunks, ...], dense: bool, lags: list[embedding.EmbeddingLag],
+                  alerts: list[str]) -> None:
     analyzed = (f"{st.analyzed_at:%Y-%m-%d %H:%M:%S %Z}; the chunks grew {st.growth:.1%} since"
                 if st.analyzed_at is not None else "never")
     avgdl = f"{st.avgdl:.1f}" if st.avgdl is not None else "no shared chunks"
@@ -259,6 +312,17 @@ def status(
                 else f"{o.chunker_version}, before chunkers recorded their sizes")
         out.print(f"outdated chunks   {o.chunks:,} {o.content_type} chunks made by {made}: "
                   "groundkit rebuild re-chunks them", highlight=False)
+    if not dense:
+        out.print("embeddings        dense search unavailable: this server has no pgvector (BM25 works)",
+                  highlight=False)
+    elif not lags:
+        out.print("embeddings        no embedding model (groundkit models add)", highlight=False)
+    for lag in lags:
+        oldest = f", the oldest waiting {dense_cli._age(lag.oldest_age_s)}" if lag.missing else ""
+        out.print(f"embeddings        {lag.model} ({lag.state}): {lag.missing:,} chunk(s) unembedded{oldest}",
+                  highlight=False)
+    for alert in alerts:
+        err.print(f"[bold red]ALERT[/] embedding lag: {escape(alert)}", highlight=False)
     for w in workers or (None,):
         out.print(f"worker            {_worker_line(w)}", highlight=False)
     for d in due:
@@ -343,11 +407,18 @@ def search(
     content_type: Annotated[list[str] | None, typer.Option(help="Only these content types.")] = None,
     space: Annotated[list[str] | None, typer.Option(help="Only these spaces.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
+    mode: Annotated[str, typer.Option(
+        help="bm25, dense (the active embedding model) or hybrid (both, fused).")] = DEFAULT_SEARCH_MODE,
+    exact: Annotated[bool, typer.Option("--exact", help="Dense: an exact scan, never the HNSW index.")] = False,
     dsn: DsnOption = None,
 ) -> None:
     """Search as a member: only what that member may see right now."""
+    if mode not in SEARCH_MODES:
+        raise InvalidArgument(f"--mode is one of {', '.join(SEARCH_MODES)} (got {mode!r})")
+    search_mode: SearchMode = "dense" if mode == "dense" else "hybrid" if mode == "hybrid" else "bm25"
     with Groundkit.connect(dsn) as gk:
-        hits = gk.search(as_, query, k=k, content_types=content_type, space_ids=space)
+        hits = gk.search(as_, query, k=k, content_types=content_type, space_ids=space, mode=search_mode,
+                         exact=exact)
     if as_json:
         for hit in hits:
             sys.stdout.write(json.dumps(hit.model_dump()) + "\n")

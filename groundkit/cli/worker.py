@@ -54,11 +54,12 @@ def step_progress(progress: Progress) -> maintenance.StepProgress:
 def describe(report: MaintenanceReport) -> str:
     """One line: each step, what it counted, how long it took."""
     nouns = {"reindex": "recomputed {} postings' impacts", "merge": "merged {} pending posting(s)",
-             "analyze": "sketched {} postings list(s)", "vacuum": "vacuumed {} table(s)"}
+             "analyze": "sketched {} postings list(s)", "vacuum": "vacuumed {} table(s)",
+             "embed": "embedded {} chunk(s)", "hnsw": "built {} HNSW index"}
     parts = []
     for s in report.steps:
         part = f"{nouns[s.name].format(s.count)} in {s.seconds:.1f} s"
-        if s.name in ("reindex", "analyze"):
+        if s.name in ("reindex", "analyze", "embed", "hnsw"):
             part += f" ({s.reason})"
         parts.append(part)
     return "; ".join(parts)
@@ -85,12 +86,17 @@ def worker(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per pass on stdout.")] = False,
     analyze_at: AnalyzeAtOption = maintenance.ANALYZE_GROWTH,
     reindex_at: ReindexAtOption = maintenance.REINDEX_DRIFT,
+    embed: Annotated[bool, typer.Option("--embed/--no-embed", help="Run the embedding job too.")] = True,
     dsn: DsnOption = None,
 ) -> None:
     """Keep search fast: every --every seconds, merge the pending part, analyze the postings after
     growth, recompute the impacts when they drift (resuming an interrupted recompute), and vacuum
     what that rewrote. Runs on its own connection, connects again with backoff when the database
-    goes away, and writes a heartbeat that `groundkit status` shows. Ctrl-C or SIGTERM stops it."""
+    goes away, and writes a heartbeat that `groundkit status` shows. Ctrl-C or SIGTERM stops it.
+
+    Each pass then embeds what the active embedding model, and any model being reindexed, lacks,
+    and builds its HNSW index when due (--no-embed: not). A provider failure is reported and
+    recorded in the heartbeat; embedding backs off while the maintenance goes on."""
     passes = 0
 
     def on_pass(report: MaintenanceReport | None, error: GroundkitError | None) -> None:
@@ -101,10 +107,12 @@ def worker(
                     "error": error.message if error is not None else None}
             sys.stdout.write(json.dumps(body) + "\n")
             sys.stdout.flush()
-        elif error is not None:
-            err.print(f"pass {passes} failed: {error.message}", highlight=False)
-        elif report is not None and (once or any(s.count for s in report.steps)):
+            return
+        if report is not None and (once or any(s.count for s in report.steps)):
             out.print(f"pass {passes}: {describe(report)}", highlight=False)
+        if error is not None:
+            what = "embedding failed (backing off; maintenance goes on)" if report is not None else "failed"
+            err.print(f"pass {passes} {what}: {error.message}", highlight=False)
 
     def on_lost(exc: DatabaseUnavailable, wait: float) -> None:
         err.print(f"lost the database: {exc.message}; connecting again in {wait:.1f} s", highlight=False)
@@ -118,7 +126,7 @@ def worker(
         with sigterm_interrupts(), progress_bars() as progress:
             maintenance.run_worker(dsn, every=None if once else every, on_pass=on_pass, on_lost=on_lost,
                                    on_connected=on_connected, progress=step_progress(progress),
-                                   analyze_growth=analyze_at, reindex_at=reindex_at)
+                                   analyze_growth=analyze_at, reindex_at=reindex_at, embed=embed)
     except GroundkitError as exc:
         if as_json and not isinstance(exc, DatabaseUnavailable):  # (--once: the pass failed)
             sys.stdout.write(json.dumps({"pass": passes + 1, "report": None, "error": exc.message}) + "\n")

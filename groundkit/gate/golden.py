@@ -282,7 +282,12 @@ class GoldenRun:
     """Load the golden world and run its queries, grid and scenario steps, reporting to ``tap``."""
 
     def __init__(self, gk: Groundkit, admin: psycopg.Connection[Any], search: Searcher, tap: Tap,
-                 golden: Golden | None = None, expected_grid: Grid | None = None, label: str = "") -> None:
+                 golden: Golden | None = None, expected_grid: Grid | None = None, label: str = "",
+                 ranking: Literal["bm25", "dense", "hybrid"] = "bm25") -> None:
+        # ranking: which search the searcher runs. The queries' ranks (must_return at k) are BM25's;
+        # a dense or hybrid searcher is asked 200 deep, so must_return means visible and matching.
+        # A dense search matches every visible chunk: expect_empty is BM25's and hybrid's only.
+        self.ranking = ranking
         self.gk = gk
         self.admin = admin
         self.search = search
@@ -349,7 +354,8 @@ class GoldenRun:
         problems: list[str] = []
         readers = self.golden.readers if q.all_readers else [q.reader or ""]
         for reader in readers:
-            hits = self.search(reader, q.text, k=q.k, content_types=q.content_types, space_ids=q.space_ids)
+            k = q.k if self.ranking == "bm25" else 200
+            hits = self.search(reader, q.text, k=k, content_types=q.content_types, space_ids=q.space_ids)
             found = {h.object_id: h for h in hits}
             problems += judge_hits(self.model, reader, hits, counts)
             for oid in q.must_return:
@@ -368,7 +374,7 @@ class GoldenRun:
                                             for p in problems):
                     counts.leaks += 1
                     problems.append(f"LEAK: {reader!r} got {oid}; rule: {self.model.explain(reader, oid).rule}")
-            if q.expect_empty and hits:
+            if q.expect_empty and hits and self.ranking != "dense":
                 if not any(p.startswith(("LEAK", "RESURRECTION")) for p in problems):
                     counts.leaks += len(hits)
                 problems.append(f"{reader!r} expected no results, got {sorted(found)}")

@@ -14,6 +14,8 @@ Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
 - ``home``: the home feed, engagement and the framework retrievers keep the live predicate.
 - ``surfaces``: the golden set again through the HTTP API and the MCP server, over loopback, as
   each reader's bearer token (skipped, saying so, without the ``http`` and ``mcp`` extras).
+- ``dense``: the golden set through dense and hybrid search, and an embedding-model swap
+  (:mod:`groundkit.gate.dense`; skipped, saying so, without pgvector).
 
 Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero.
 """
@@ -34,7 +36,7 @@ from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "side_channels", "home",
-            "surfaces")
+            "surfaces", "dense")
 
 
 class GateOptions(BaseModel):
@@ -134,6 +136,10 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
     runners["home"] = home.run_section
 
     runners["surfaces"] = surfaces.run_section
+
+    from groundkit.gate import dense
+
+    runners["dense"] = dense.run_section
     return runners
 
 

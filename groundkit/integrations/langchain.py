@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
 from groundkit.integrations import citation_id, citation_metadata
-from groundkit.models import MAX_K
+from groundkit.models import MAX_K, SearchMode
 
 try:
     from langchain_core.callbacks import CallbackManagerForRetrieverRun
@@ -41,6 +41,7 @@ class GroundkitRetriever(BaseRetriever):
     k: int = Field(default=10, ge=1, le=MAX_K)
     content_types: tuple[str, ...] | None = None
     space_ids: tuple[str, ...] | None = None
+    mode: SearchMode | None = None  # bm25, dense or hybrid (None: groundkit.models.DEFAULT_SEARCH_MODE)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
@@ -50,7 +51,8 @@ class GroundkitRetriever(BaseRetriever):
                 f"GroundkitRetriever takes the query only (got {', '.join(sorted(kwargs))}); "
                 "the reader is fixed when the retriever is made")
         hits = self.client.search(self.reader_sub, query, k=self.k,
-                                  content_types=_list(self.content_types), space_ids=_list(self.space_ids))
+                                  content_types=_list(self.content_types), space_ids=_list(self.space_ids),
+                                  mode=self.mode)
         return [Document(page_content=h.content, metadata=citation_metadata(h), id=citation_id(h)) for h in hits]
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
 from groundkit.integrations import citation_id, citation_metadata
-from groundkit.models import MAX_K
+from groundkit.models import MAX_K, SearchMode
 
 try:
     from llama_index.core.retrievers import BaseRetriever
@@ -36,6 +36,7 @@ class GroundkitRetriever(BaseRetriever):
         k: int = 10,
         content_types: Sequence[str] | None = None,
         space_ids: Sequence[str] | None = None,
+        mode: SearchMode | None = None,
         **kwargs: Any,
     ) -> None:
         if not isinstance(reader_sub, str) or not 1 <= len(reader_sub) <= 256:
@@ -47,6 +48,7 @@ class GroundkitRetriever(BaseRetriever):
         self._k = k
         self._content_types = None if content_types is None else list(content_types)
         self._space_ids = None if space_ids is None else list(space_ids)
+        self._mode = mode  # bm25, dense or hybrid (None: groundkit.models.DEFAULT_SEARCH_MODE)
         super().__init__(**kwargs)
 
     @property
@@ -55,7 +57,8 @@ class GroundkitRetriever(BaseRetriever):
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         hits = self._client.search(self._reader_sub, query_bundle.query_str, k=self._k,
-                                   content_types=self._content_types, space_ids=self._space_ids)
+                                   content_types=self._content_types, space_ids=self._space_ids,
+                                   mode=self._mode)
         return [NodeWithScore(node=TextNode(id_=citation_id(h), text=h.content, metadata=citation_metadata(h)),
                               score=h.score)
                 for h in hits]

@@ -6,6 +6,12 @@ the target server. Every document becomes one ``document`` object (``chunk_chars
 that a document is one chunk, as in the reference arms), in one public space, visible to one
 active reader, and every query goes through :meth:`groundkit.Groundkit.search` as that reader, so
 the permission predicate is part of what is measured.
+
+Arms through groundkit: ``bm25`` (``search``, mode bm25), ``dense`` and ``hybrid`` (the same
+search in those modes, with all-MiniLM-L6-v2 as the active model: :mod:`groundkit.quality.dense`;
+their ms include embedding the query), and ``ts_rank_cd``. Without pgvector or the ``embed``
+extra, dense and hybrid are skipped with the reason, like a reference engine that is not
+installed.
 """
 
 from __future__ import annotations
@@ -13,14 +19,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
 from groundkit.databases import fresh_database
-from groundkit.models import ContentObject
+from groundkit.errors import EmbeddingProviderError, PgvectorMissing
+from groundkit.models import ContentObject, SearchMode
 from groundkit.quality.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
 from groundkit.quality.datasets import Collection, load_collection
 from groundkit.quality.metrics import evaluate
@@ -31,7 +38,9 @@ SPACE: Final = "corpus"
 BATCH: Final = 500
 
 #: groundkit's own arms first, then the reference engines (optional packages).
-GROUNDKIT_ARMS: Final = ("groundkit", "ts_rank_cd")
+GROUNDKIT_ARMS: Final = ("bm25", "dense", "hybrid", "ts_rank_cd")
+#: the arms that need the dense side (pgvector, the embed extra, the local model)
+DENSE_ARMS: Final = ("dense", "hybrid")
 ALL_ARMS: Final = (*GROUNDKIT_ARMS, *ARMS)
 
 Progress = Callable[[str, int, int], None]
@@ -78,10 +87,13 @@ class QualityRow(BaseModel):
         return self.model_dump(by_alias=True)
 
 
-def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | None = None) -> None:
-    """Write every document of ``collection`` through the bulk ``put_objects`` (500 per call)."""
+def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | None = None,
+                        chunk_chars: int = 1_000_000, chunk_overlap: int = 0) -> None:
+    """Write every document of ``collection`` through the bulk ``put_objects`` (500 per call),
+    one chunk per document unless ``chunk_chars`` says otherwise."""
     with Groundkit.connect(dsn) as gk:
-        gk.conn.execute("update groundkit.config set chunk_chars = 1000000, chunk_overlap = 0")
+        gk.conn.execute("update groundkit.config set chunk_chars = %s, chunk_overlap = %s",
+                        (chunk_chars, chunk_overlap))
         gk.put_member(READER, "T0")
         gk.put_space(SPACE, "T0")
         total = len(collection.docs)
@@ -119,17 +131,19 @@ def _query_arm(name: str, dsn: str, collection: Collection, k: int, progress: Pr
     return ArmResult(name, run, 0.0, elapsed)
 
 
-def groundkit_arm(dsn: str, collection: Collection, k: int = TOP_K, progress: Progress | None = None) -> ArmResult:
-    """groundkit.search (BM25 with the permission predicate inside) as the collection's reader."""
+def search_arm(mode: SearchMode, dsn: str, collection: Collection, k: int = TOP_K,
+               progress: Progress | None = None) -> ArmResult:
+    """groundkit.search in ``mode`` (the permission predicate inside) as the collection's reader;
+    a document scores its best chunk's score."""
 
     def one(gk: Groundkit, text: str) -> dict[str, float]:
-        hits = gk.search(READER, text[:4096], k=k)
+        hits = gk.search(READER, text[:4096], k=k, mode=mode)
         best: dict[str, float] = {}
         for hit in hits:
             best[hit.object_id] = max(best.get(hit.object_id, 0.0), hit.score)
         return best
 
-    return _query_arm("groundkit", dsn, collection, k, progress, one)
+    return _query_arm(mode, dsn, collection, k, progress, one)
 
 
 def ts_rank_cd_arm(dsn: str, collection: Collection, k: int = TOP_K, progress: Progress | None = None) -> ArmResult:
@@ -151,11 +165,15 @@ def run_quality(
     arms: Sequence[str] = ALL_ARMS,
     progress: Progress | None = None,
     skipped: Callable[[str, str], None] | None = None,
+    embedding_cache: Path | None = None,
 ) -> list[QualityRow]:
-    """Evaluate each arm on the collection at ``dataset``; rows in the order of ``arms``."""
+    """Evaluate each arm on the collection at ``dataset``; rows in the order of ``arms``.
+    ``embedding_cache``: where the dense arms' document vectors are kept between runs (default:
+    ``eval-embeddings`` under the data directory)."""
     collection = load_collection(dataset)
     results: list[ArmResult] = []
     dsn: str | None = None
+    dense: str | None = None  # why the dense arms cannot run, once known ("" when they can)
     for arm in arms:
         if arm in GROUNDKIT_ARMS:
             if dsn is None:
@@ -164,8 +182,18 @@ def run_quality(
                 dsn = fresh_database(server_dsn, DATABASE)
                 groundkit.migrate(dsn)
                 load_into_groundkit(dsn, collection, progress)
-            fn = groundkit_arm if arm == "groundkit" else ts_rank_cd_arm
-            results.append(fn(dsn, collection, progress=progress))
+            if arm in DENSE_ARMS:
+                if dense is None:
+                    dense = _prepare_dense(dsn, embedding_cache, progress)
+                if dense:
+                    if skipped is None:
+                        raise ArmUnavailable(dense)
+                    skipped(arm, dense)
+                    continue
+            if arm == "ts_rank_cd":
+                results.append(ts_rank_cd_arm(dsn, collection, progress=progress))
+            else:
+                results.append(search_arm(cast("SearchMode", arm), dsn, collection, progress=progress))
         else:
             try:
                 results.append(ARMS[arm](collection))
@@ -174,6 +202,17 @@ def run_quality(
                     raise
                 skipped(arm, str(exc))
     return [score(collection, result) for result in results]
+
+
+def _prepare_dense(dsn: str, cache: Path | None, progress: Progress | None) -> str:
+    """Set up the dense side; '' when it is ready, else why not (no pgvector, no embed extra)."""
+    from groundkit.quality.dense import prepare_dense
+
+    try:
+        prepare_dense(dsn, cache, progress)
+    except (PgvectorMissing, EmbeddingProviderError) as exc:
+        return str(exc)
+    return ""
 
 
 def score(collection: Collection, result: ArmResult, arm: str | None = None) -> QualityRow:

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundkit.models import MAX_QUERY_CHARS, Citation, ContentType, HomeItem, SearchHit
+from groundkit.models import MAX_QUERY_CHARS, Citation, ContentType, HomeItem, SearchHit, SearchMode
 
 # Tighter than the library's MAX_K: a surface a model drives gets small pages.
 MAX_SURFACE_K = 50
@@ -23,13 +23,15 @@ class _Input(BaseModel):
 
 
 class SearchInput(_Input):
-    """A search as the authenticated reader: BM25 over what they may see right now."""
+    """A search as the authenticated reader over what they may see right now: BM25, dense (the
+    active embedding model) or hybrid (both, fused)."""
 
     query: str = Field(max_length=MAX_QUERY_CHARS, description="Plain text; no search syntax.")
     k: int = Field(default=10, ge=1, le=MAX_SURFACE_K, description="How many chunks.")
     content_types: tuple[ContentType, ...] | None = Field(default=None, max_length=6,
                                                           description="Only these content types.")
     space_ids: tuple[str, ...] | None = Field(default=None, max_length=100, description="Only these spaces.")
+    mode: SearchMode | None = Field(default=None, description="bm25, dense or hybrid; default: the server's.")
 
 
 class HomeInput(_Input):

@@ -97,7 +97,7 @@ class ReadService:
     def search(self, member: str, request: SearchInput) -> SearchResult:
         with self.groundkit() as gk:
             hits = gk.search(member, request.query, k=request.k, content_types=request.content_types,
-                             space_ids=request.space_ids)
+                             space_ids=request.space_ids, mode=request.mode)
         return SearchResult(hits=tuple(hits))
 
     def home(self, member: str, request: HomeInput) -> HomeResult:

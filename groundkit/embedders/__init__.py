@@ -1,0 +1,149 @@
+"""Embedding providers behind one seam (docs/embeddings.md).
+
+:func:`embedder_for` is the only way to an :class:`Embedder`: it builds the model's provider
+(``local``, ``ollama`` or ``openai``) and wraps it in the seam every call goes through, which
+
+- opens a telemetry span ``groundkit.embed`` (model, provider, texts, input, tokens),
+- checks every batch's vectors against the model's declared dimension (and count),
+- meters the tokens (and their cost, where priced) with :func:`groundkit.metering.meter`
+  (kind ``embedding``) when given a connection to record on.
+
+A provider that fails, cannot be reached or is not configured raises
+:class:`~groundkit.errors.EmbeddingProviderError` (GK017). There is no fallback to another
+provider: vectors of two models live in different spaces, and mixing them fails silently.
+
+Vectors are returned as lists of floats (what pgvector's adapter and JSON take), L2-normalised
+by the local provider; the HTTP providers return what the server answers.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import psycopg
+from pydantic import BaseModel, ConfigDict, Field
+
+from groundkit import telemetry
+from groundkit.errors import EmbeddingProviderError, InvalidArgument
+from groundkit.session import Session
+
+__all__ = ["Embedder", "EmbeddingModel", "EmbeddingProviderError", "Provider", "embedder_for"]
+
+ProviderName = Literal["local", "ollama", "openai"]
+Distance = Literal["cosine", "l2", "inner_product"]
+
+
+class EmbeddingModel(BaseModel):
+    """A row of ``groundkit.embedding_models``: which model, served by which provider, with
+    which dimension and distance, embedding which text recipe. ``options`` configure the
+    provider (docs/embeddings.md lists each provider's)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    provider: ProviderName
+    dimension: int = Field(gt=0, le=16000)
+    distance: Distance
+    recipe: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What :func:`embedder_for` returns."""
+
+    model: EmbeddingModel
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        """One vector per text, in order; batched inside (the provider's ``batch_size``)."""
+        ...
+
+    def embed_query(self, text: str) -> list[float]:
+        """The vector of one query."""
+        ...
+
+
+class Provider(Protocol):
+    """A provider behind the seam: vectors and the tokens they took, nothing else (no
+    metering, no checks: the seam does those, the same for every provider)."""
+
+    def embed(self, texts: Sequence[str], *, query: bool) -> tuple[list[list[float]], int]:
+        ...
+
+
+Target = Session | psycopg.Connection[Any]
+
+
+def embedder_for(model: EmbeddingModel, *, meter_to: Target | None = None, flow: str | None = None) -> Embedder:
+    """The embedder of ``model``, through the one seam (span, dimension check, metering).
+
+    ``meter_to``: a :class:`~groundkit.Groundkit` (or any :class:`~groundkit.session.Session`)
+    or a psycopg connection; each call is then recorded there for ``flow`` (required with it).
+    The provider is built now: a missing option or package raises
+    :class:`~groundkit.errors.EmbeddingProviderError` here, not at the first call."""
+    if meter_to is not None and not flow:
+        raise InvalidArgument("embedder_for: metering (meter_to) needs the flow the calls serve")
+    return _Seam(model, _provider(model), meter_to, flow)
+
+
+def _provider(model: EmbeddingModel) -> Provider:
+    if model.provider == "local":
+        from groundkit.embedders.local import LocalProvider
+
+        return LocalProvider.from_options(model.options)
+    from groundkit.embedders.http import provider_for
+
+    return provider_for(model.provider, model.options)
+
+
+class _Seam:
+    """Every provider call goes through here."""
+
+    def __init__(self, model: EmbeddingModel, provider: Provider, meter_to: Target | None, flow: str | None) -> None:
+        self.model = model
+        self._provider = provider
+        self._meter_to = meter_to
+        self._flow = flow
+
+    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+        if isinstance(texts, str):
+            raise InvalidArgument("embed_documents takes a sequence of texts, not one string")
+        return self._call(list(texts), query=False) if texts else []
+
+    def embed_query(self, text: str) -> list[float]:
+        return self._call([text], query=True)[0]
+
+    def _call(self, texts: list[str], *, query: bool) -> list[list[float]]:
+        with telemetry.span("embed", model=self.model.name, provider=self.model.provider, texts=len(texts),
+                            input="query" if query else "documents", flow=self._flow) as current:
+            vectors, tokens = self._provider.embed(texts, query=query)
+            self._check(vectors, len(texts))
+            telemetry.set_attributes(current, tokens=tokens)
+            self._meter(tokens)
+        return vectors
+
+    def _check(self, vectors: list[list[float]], expected: int) -> None:
+        where = f"the {self.model.provider} provider of embedding model {self.model.name!r}"
+        if len(vectors) != expected:
+            raise EmbeddingProviderError(f"{where} answered {len(vectors)} vectors for {expected} texts")
+        for vector in vectors:
+            if len(vector) != self.model.dimension:
+                raise EmbeddingProviderError(
+                    f"{where} answered vectors of dimension {len(vector)}; the model declares {self.model.dimension}"
+                )
+            if not all(math.isfinite(x) for x in vector):
+                raise EmbeddingProviderError(f"{where} answered a vector with a NaN or infinite component")
+
+    def _meter(self, tokens: int) -> None:
+        attrs = {"model": self.model.name, "flow": self._flow}
+        telemetry.add_tokens(tokens, direction="embed", **attrs)
+        if self._meter_to is None or self._flow is None:
+            return
+        from groundkit.metering import meter
+
+        call = meter(self._meter_to, flow=self._flow, model=self.model.name, kind="embedding",
+                     tokens_in=tokens, tokens_out=0)
+        if call.cost is not None and call.currency is not None:
+            telemetry.add_cost(float(call.cost), currency=call.currency, **attrs)

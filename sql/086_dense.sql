@@ -1,0 +1,468 @@
+-- The dense arm: embedding models, the embedding worker's claim and store, the lag, the cutover.
+-- Replaceable. docs/dense.md. The searches are in 087_dense_search.pgvector.sql (stubs raising
+-- GK008 in 087_dense_search.stubs.sql where pgvector is missing): their signatures name the
+-- `vector` type. Everything here works on any server; each public function raises GK008 where
+-- the extension is not installed in the database.
+
+-- pgvector, where the server has it: the first migrate that may create it does (a superuser,
+-- or a role pgvector's control file trusts); a migrate that may not warns and goes on.
+do $pgvector$
+begin
+    if not exists (select 1 from pg_catalog.pg_extension where extname = 'vector')
+       and exists (select 1 from pg_catalog.pg_available_extensions where name = 'vector') then
+        begin
+            create extension vector;
+        exception
+            when insufficient_privilege then
+                raise warning 'groundkit: cannot create the vector extension (%); dense search stays off', sqlerrm;
+        end;
+    end if;
+end
+$pgvector$;
+
+-- The schema pgvector is installed in, or null. Its operators are named through it (the dense
+-- functions pin search_path = pg_catalog, pg_temp).
+create or replace function groundkit._vector_schema()
+returns text
+language sql stable
+set search_path = pg_catalog, pg_temp
+as $$
+    select n.nspname::text
+      from pg_catalog.pg_extension e join pg_catalog.pg_namespace n on n.oid = e.extnamespace
+     where e.extname = 'vector'
+$$;
+
+-- GK008 unless pgvector is installed; else its schema.
+create or replace function groundkit._require_pgvector()
+returns text
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    s text := groundkit._vector_schema();
+begin
+    if s is null then
+        raise exception 'the pgvector extension is not installed in this database; dense features need it'
+            using errcode = 'GK008',
+                  hint = 'Install pgvector on the server, then run groundkit migrate.';
+    end if;
+    return s;
+end
+$$;
+
+-- The chunks' column holding a recipe's hash (revision 0022; sql/040_materialize.sql writes it).
+create or replace function groundkit._recipe_column(recipe text)
+returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select case recipe when 'text' then 'embed_hash_text' when 'titled' then 'embed_hash_titled' end
+$$;
+
+-- A model by name: GK015 (UnknownModel) when there is none; null asks for the active one.
+create or replace function groundkit._dense_model(p_name text)
+returns groundkit.embedding_models
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    m groundkit.embedding_models;
+begin
+    if p_name is null then
+        select * into m from groundkit.embedding_models x where x.active;
+        if not found then
+            raise exception 'no embedding model is active'
+                using errcode = 'GK015', hint = 'groundkit models add, groundkit embed, then groundkit cutover.';
+        end if;
+    else
+        select * into m from groundkit.embedding_models x where x.name = p_name;
+        if not found then
+            raise exception 'unknown embedding model %', quote_literal(p_name) using errcode = 'GK015';
+        end if;
+    end if;
+    return m;
+end
+$$;
+
+-- The name of a model's HNSW index: derived from the name, so any name gives a valid identifier.
+create or replace function groundkit._hnsw_index_name(model text)
+returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select 'embeddings_hnsw_' || left(encode(sha256(convert_to(model, 'UTF8')), 'hex'), 16)
+$$;
+
+-- How many embeddings a model needs before its HNSW index is worth building (below it, the
+-- exact scan answers about as fast: docs/dense.md, "Exact or index").
+create or replace function groundkit._hnsw_min_embeddings()
+returns bigint
+language sql immutable
+as $$
+    select 20000::bigint
+$$;
+
+-- The options a model is configured with: a JSON object of the provider's settings (URL, the
+-- remote model's name, the NAME of an environment variable holding an API key). Never a secret.
+create or replace function groundkit._check_model_options(options jsonb)
+returns void
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    bad text;
+begin
+    if options is null or jsonb_typeof(options) <> 'object' then
+        raise exception 'options must be a JSON object' using errcode = 'GK005';
+    end if;
+    select k into bad from jsonb_object_keys(options) k
+     where k ~* '(secret|password|passwd|token|credential|authorization|bearer|api_?key)' and k <> 'api_key_env'
+     limit 1;
+    if found then
+        raise exception 'option % looks like a secret; store the name of an environment variable holding it (api_key_env)',
+            quote_literal(bad) using errcode = 'GK005';
+    end if;
+    if options ? 'api_key_env' and coalesce(jsonb_typeof(options -> 'api_key_env') <> 'string'
+                                            or (options ->> 'api_key_env') !~ '^[A-Za-z_][A-Za-z0-9_]{0,127}$', true) then
+        raise exception 'api_key_env must name an environment variable (letters, digits, underscores)'
+            using errcode = 'GK005';
+    end if;
+end
+$$;
+
+-- Register a model. Its definition never changes (its embeddings depend on all of it): adding
+-- the same name again with the same definition does nothing, with another one raises GK005.
+create or replace function groundkit.add_embedding_model(
+    name text,
+    provider text,
+    dimension integer,
+    distance text default 'cosine',
+    recipe text default 'titled',
+    options jsonb default '{}')
+returns void
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    old groundkit.embedding_models;
+begin
+    perform groundkit._require_pgvector();
+    if name is null or name !~ '^[A-Za-z0-9_.:/-]{1,100}$' then
+        raise exception 'model name must be 1-100 letters, digits or _.:/- (got %)', coalesce(quote_literal(name), 'NULL')
+            using errcode = 'GK005';
+    end if;
+    if provider is null or provider not in ('local', 'ollama', 'openai') then
+        raise exception 'provider must be local, ollama or openai (got %)', coalesce(quote_literal(provider), 'NULL')
+            using errcode = 'GK005';
+    end if;
+    if dimension is null or dimension < 1 or dimension > 2000 then
+        raise exception 'dimension must be between 1 and 2000 (got %)', coalesce(dimension::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    if distance is null or distance not in ('cosine', 'l2', 'inner_product') then
+        raise exception 'distance must be cosine, l2 or inner_product (got %)', coalesce(quote_literal(distance), 'NULL')
+            using errcode = 'GK005';
+    end if;
+    if recipe is null or recipe not in ('text', 'titled') then
+        raise exception 'recipe must be text or titled (got %)', coalesce(quote_literal(recipe), 'NULL')
+            using errcode = 'GK005';
+    end if;
+    perform groundkit._check_model_options(options);
+    lock table groundkit.embedding_models in share row exclusive mode;
+    select * into old from groundkit.embedding_models m where m.name = add_embedding_model.name;
+    if found then
+        if (old.provider, old.dimension, old.distance, old.recipe, old.options)
+           is distinct from (provider, dimension, distance, recipe, options) then
+            raise exception 'embedding model % exists with another definition; a model never changes, add one under a new name',
+                quote_literal(name) using errcode = 'GK005';
+        end if;
+        return;
+    end if;
+    insert into groundkit.embedding_models (name, provider, dimension, distance, recipe, options)
+    values (name, provider, dimension, distance, recipe, options);
+end
+$$;
+
+-- Every model, with its embedding count and whether its HNSW index is built and valid.
+create or replace function groundkit.list_embedding_models()
+returns table (name text, provider text, dimension integer, distance text, recipe text, options jsonb,
+               active boolean, created_at timestamptz, activated_at timestamptz, embeddings bigint,
+               hnsw_index text, hnsw_valid boolean, hnsw_built_at timestamptz)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    perform groundkit._require_pgvector();
+    return query
+    select m.name, m.provider, m.dimension, m.distance, m.recipe, m.options, m.active, m.created_at,
+           m.activated_at,
+           (select count(*) from groundkit.embeddings e where e.model = m.name),
+           groundkit._hnsw_index_name(m.name),
+           coalesce((select i.indisvalid from pg_catalog.pg_index i
+                      where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name))), false),
+           m.hnsw_built_at
+      from groundkit.embedding_models m
+     order by m.name;
+end
+$$;
+
+-- The active model (no row when none is): what a client embeds its query with.
+create or replace function groundkit.active_embedding_model()
+returns table (name text, provider text, dimension integer, distance text, recipe text, options jsonb)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+begin
+    perform groundkit._require_pgvector();
+    return query
+    select m.name, m.provider, m.dimension, m.distance, m.recipe, m.options
+      from groundkit.embedding_models m where m.active;
+end
+$$;
+
+-- The lag: how many current chunks lack an embedding for the model (default: the active one),
+-- exactly, and when the oldest of them was written (its object's current log event).
+create or replace function groundkit.embedding_lag(model text default null)
+returns table (name text, chunks bigint, missing bigint, oldest timestamptz, age interval)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    m groundkit.embedding_models;
+    col text;
+    n_missing bigint;
+    v_oldest timestamptz;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(embedding_lag.model);
+    col := groundkit._recipe_column(m.recipe);
+    -- over the hash index (an index-only scan), a probe of the embeddings' key per chunk
+    execute format('select count(*) from groundkit.chunks c
+                     where not exists (select 1 from groundkit.embeddings e
+                                        where e.model = $1 and e.content_hash = c.%I)', col)
+       into n_missing using m.name;
+    if n_missing > 0 then
+        execute format('select min(l.logged_at)
+                          from groundkit.chunks c
+                          join groundkit.objects o on o.object_id = c.object_id
+                          join groundkit.content_log l on l.seq = o.log_seq
+                         where not exists (select 1 from groundkit.embeddings e
+                                            where e.model = $1 and e.content_hash = c.%I)', col)
+           into v_oldest using m.name;
+    end if;
+    return query
+    select m.name, (select count(*) from groundkit.chunks), n_missing, v_oldest, now() - v_oldest;
+end
+$$;
+
+-- A claim's advisory key for a hash: its first four bytes (the model is the other key).
+create or replace function groundkit._hash_key(h bytea)
+returns integer
+language sql immutable parallel safe
+as $$
+    select ('x' || pg_catalog.encode(pg_catalog.substr(h, 1, 4), 'hex'))::bit(32)::integer
+$$;
+
+-- The worker's claim: up to `batch` distinct hashes of current chunks that lack an embedding
+-- for the model, with the exact text to embed (the model's recipe; its SHA-256 is the hash).
+-- Each is held by a transaction-level advisory try-lock keyed by model and hash, so concurrent
+-- workers skip each other's claims and never wait; writers never wait for a claim (no row is
+-- locked). A claim ends with its transaction: commit it with embed_store's rows, or roll back
+-- and lose nothing. A role that takes such a key itself can only make workers skip that hash
+-- (docs/dense.md, "The worker").
+create or replace function groundkit.embed_claim(model text, batch integer default 64)
+returns table (content_hash bytea, text text)
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    m groundkit.embedding_models;
+    col text;
+    key1 integer;
+    n integer := 0;
+    last bytea;
+    h bytea;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(embed_claim.model);
+    if batch is null or batch < 1 or batch > 4096 then
+        raise exception 'batch must be between 1 and 4096 (got %)', coalesce(batch::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    col := groundkit._recipe_column(m.recipe);
+    key1 := hashtext('groundkit.embed:' || m.name);
+    -- in hash order over the hash index: equal hashes come together
+    for h in execute format('select c.%1$I from groundkit.chunks c
+                              where not exists (select 1 from groundkit.embeddings e
+                                                 where e.model = $1 and e.content_hash = c.%1$I)
+                              order by c.%1$I', col)
+        using m.name
+    loop
+        continue when h is not distinct from last;
+        last := h;
+        continue when not pg_try_advisory_xact_lock(key1, groundkit._hash_key(h));
+        -- stored by a worker that committed after this loop's snapshot: not again
+        continue when exists (select 1 from groundkit.embeddings e where e.model = m.name and e.content_hash = h);
+        execute format('select groundkit._embed_text($1, o.title, c.search_prefix, c.content)
+                          from groundkit.chunks c join groundkit.objects o on o.object_id = c.object_id
+                         where c.%I = $2 limit 1', col)
+           into text using m.recipe, h;
+        continue when text is null;  -- its chunk went since the loop's snapshot
+        content_hash := h;
+        return next;
+        n := n + 1;
+        exit when n >= batch;
+    end loop;
+end
+$$;
+
+-- The worker's store: one embedding per hash (a 2-D real[], one row per hash, the model's
+-- dimension wide), inserted idempotently. Hashes no current chunk uses any more are skipped (a
+-- redaction since the claim: its text is not kept). Returns how many rows it inserted.
+create or replace function groundkit.embed_store(model text, hashes bytea[], embeddings real[])
+returns integer
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    m groundkit.embedding_models;
+    n integer;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(embed_store.model);
+    if hashes is null or array_position(hashes, null) is not null then
+        raise exception 'hashes must not be NULL or hold NULL' using errcode = 'GK005';
+    end if;
+    if cardinality(hashes) = 0 then
+        return 0;
+    end if;
+    if exists (select 1 from unnest(hashes) h where length(h) <> 32) then
+        raise exception 'each hash is a SHA-256 (32 bytes), as embed_claim returns it' using errcode = 'GK005';
+    end if;
+    if embeddings is null or array_ndims(embeddings) is distinct from 2
+       or array_length(embeddings, 1) <> cardinality(hashes) then
+        raise exception 'embeddings must be a 2-D array with one row per hash (% hashes)', cardinality(hashes)
+            using errcode = 'GK005';
+    end if;
+    if array_length(embeddings, 2) <> m.dimension then
+        raise exception 'embeddings have dimension %, model % has dimension %',
+            array_length(embeddings, 2), quote_literal(m.name), m.dimension using errcode = 'GK005';
+    end if;
+    if exists (select 1 from unnest(embeddings) x
+                where x is null or x = 'NaN'::real or x in ('Infinity'::real, '-Infinity'::real)) then
+        raise exception 'embeddings must be finite numbers' using errcode = 'GK005';
+    end if;
+    -- A redaction deletes the embeddings of its text under this table's EXCLUSIVE lock: a
+    -- store waits for it here, and its next statement sees the redacted object's chunks gone
+    -- (groundkit._forget_unused_embeddings).
+    lock table groundkit.embeddings in row exclusive mode;
+    insert into groundkit.embeddings (model, content_hash, embedding)
+    select m.name, x.h, x.v
+      from (select u.h, array(select unnest(embed_store.embeddings[u.i:u.i][1:m.dimension])) as v
+              from unnest(hashes) with ordinality as u(h, i)) x
+     where (m.recipe = 'text' and exists (select 1 from groundkit.chunks c where c.embed_hash_text = x.h))
+        or (m.recipe = 'titled' and exists (select 1 from groundkit.chunks c where c.embed_hash_titled = x.h))
+    on conflict on constraint embeddings_pkey do nothing;
+    get diagnostics n = row_count;
+    return n;
+end
+$$;
+
+-- Make a model the one search uses, atomically. Refused (GK016) while it lacks an embedding for
+-- any current chunk, unless forced (its unembedded chunks are then missing from the dense leg
+-- until the worker catches up). Rolling back is a cutover to the old model.
+create or replace function groundkit.cutover(model text, force boolean default false)
+returns table (previous_model text, active_model text, missing bigint)
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    m groundkit.embedding_models;
+    prev text;
+    lag bigint;
+begin
+    perform groundkit._require_pgvector();
+    lock table groundkit.embedding_models in share row exclusive mode;
+    m := groundkit._dense_model(cutover.model);
+    if cutover.model is null then
+        raise exception 'model must not be NULL' using errcode = 'GK005';
+    end if;
+    select l.missing into lag from groundkit.embedding_lag(m.name) l;
+    if lag > 0 and not coalesce(cutover.force, false) then
+        raise exception 'embedding model % lacks embeddings for % current chunks', quote_literal(m.name), lag
+            using errcode = 'GK016',
+                  hint = 'Run groundkit embed --model for it first, or force the cutover.';
+    end if;
+    select x.name into prev from groundkit.embedding_models x where x.active;
+    update groundkit.embedding_models x set active = false where x.active and x.name <> m.name;
+    update groundkit.embedding_models x set active = true, activated_at = now()
+     where x.name = m.name and not x.active;
+    return query select prev, m.name, lag;
+end
+$$;
+
+-- Whether a model's HNSW index is due: it has enough embeddings and no valid index yet
+-- (groundkit.dense.build_hnsw_index builds it, concurrently, as the owner).
+create or replace function groundkit.hnsw_status(model text default null)
+returns table (name text, dimension integer, distance text, embeddings bigint, threshold bigint,
+               index_name text, index_valid boolean, due boolean)
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    m groundkit.embedding_models;
+    n bigint;
+    valid boolean;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(hnsw_status.model);
+    select count(*) into n from groundkit.embeddings e where e.model = m.name;
+    select i.indisvalid into valid from pg_catalog.pg_index i
+     where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name));
+    return query
+    select m.name, m.dimension, m.distance, n, groundkit._hnsw_min_embeddings(),
+           groundkit._hnsw_index_name(m.name), coalesce(valid, false),
+           n >= groundkit._hnsw_min_embeddings() and not coalesce(valid, false);
+end
+$$;
+
+-- Record that a model's HNSW index was built (groundkit.dense.build_hnsw_index, after its
+-- CREATE INDEX CONCURRENTLY committed).
+create or replace function groundkit._hnsw_built(model text)
+returns void
+language sql
+set search_path = pg_catalog, pg_temp
+as $$
+    update groundkit.embedding_models m set hnsw_built_at = now() where m.name = model
+$$;
+
+-- After a redaction: delete every embedding that no current chunk uses, of every model (the
+-- redacted object's texts among them, all its versions', whatever chunker made them; an
+-- embedding can give its text away). An identical text in another current chunk keeps its
+-- embedding: it is that chunk's too. Under the embeddings' EXCLUSIVE lock, so that no store
+-- that began before the redaction committed slips in after this delete (embed_store).
+create or replace function groundkit._forget_unused_embeddings()
+returns bigint
+language plpgsql
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    n bigint;
+begin
+    lock table groundkit.embeddings in exclusive mode;
+    delete from groundkit.embeddings e
+     using groundkit.embedding_models m
+     where m.name = e.model
+       and not (m.recipe = 'text' and exists (select 1 from groundkit.chunks c where c.embed_hash_text = e.content_hash))
+       and not (m.recipe = 'titled'
+                and exists (select 1 from groundkit.chunks c where c.embed_hash_titled = e.content_hash));
+    get diagnostics n = row_count;
+    return n;
+end
+$$;

@@ -1,0 +1,350 @@
+-- Dense and hybrid search. Replaceable; applied by migrate only where pgvector is installed (the
+-- signatures name its `vector` type); elsewhere 087_dense_search.stubs.sql raises GK008.
+-- docs/dense.md.
+
+-- The stubs, if a migrate without pgvector left them: an untyped literal would resolve to them.
+drop function if exists groundkit.search_dense(text, text, integer, text[], text[], boolean);
+drop function if exists groundkit.search_hybrid(text, text, text, integer, text[], text[], text, integer,
+                                                double precision, double precision, integer, boolean, text, text);
+-- (and the first signature of search_hybrid, whose weights were real)
+drop function if exists groundkit.search_hybrid(text, text, vector, integer, text[], text[], text, integer, real,
+                                                real, integer, boolean, text, text);
+
+-- The signatures below name `vector` as migrate's search_path finds it; pgvector may live in any
+-- schema. (The bodies name its operators through groundkit._vector_schema().)
+-- (restored at the end of this file)
+select pg_catalog.set_config('groundkit.migrate_search_path', pg_catalog.current_setting('search_path'), true);
+select pg_catalog.set_config('search_path',
+                             pg_catalog.quote_ident(groundkit._vector_schema()) || ', pg_catalog, pg_temp', true);
+
+-- How many chunks a reader's visible set may hold for the exact scan to answer without the
+-- index (docs/dense.md, "Exact or index": the cross-over measured by `python -m evals.bench dense`).
+-- A session may set groundkit.dense_exact_max (the benchmark does, to measure each scan at every
+-- visible fraction): it changes which exact-complete path answers, never the answer's rows.
+create or replace function groundkit._dense_exact_max()
+returns bigint
+language sql stable
+as $$
+    select coalesce(nullif(pg_catalog.current_setting('groundkit.dense_exact_max', true), '')::bigint, 2000)
+$$;
+
+-- The active model, if query_embedding fits it: GK015 when no model is active, GK005 for an
+-- embedding of another dimension. Called before any plan could skip the leg (an empty join).
+create or replace function groundkit._dense_check(query_embedding vector)
+returns groundkit.embedding_models
+language plpgsql stable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    m groundkit.embedding_models;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(null);
+    if query_embedding is null then
+        raise exception 'query_embedding must not be NULL' using errcode = 'GK005';
+    end if;
+    if cardinality(query_embedding::real[]) <> m.dimension then
+        raise exception 'query_embedding has dimension %, the active model % has dimension %',
+            cardinality(query_embedding::real[]), quote_literal(m.name), m.dimension using errcode = 'GK005';
+    end if;
+    return m;
+end
+$$;
+
+-- The dense leg: the reader's top k current chunks by the active model's distance to the query
+-- embedding, each with its score (cosine: 1 - distance; l2: -distance; inner product: the
+-- product), ties broken by object id and chunk seq. Exact whenever the reader's visible set
+-- is small, the model has no valid HNSW index, or `exact` asks; otherwise an iterative HNSW
+-- scan (pgvector 0.8), finished by the exact scan when it yields fewer than k visible rows.
+-- The permission predicate (_visible_space, _visible_object, as BM25's) is inside each query.
+create or replace function groundkit._search_dense_ids(
+    reader_sub text,
+    query_embedding vector,
+    k integer,
+    content_types text[],
+    space_ids text[],
+    exact boolean)
+returns table (chunk_id bigint, score double precision)
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+-- the index scan's settings, restored when the function returns (set_config below too)
+set hnsw.iterative_scan = 'relaxed_order'
+set hnsw.ef_search = 100
+set hnsw.max_scan_tuples = 20000
+as $$
+#variable_conflict use_column
+declare
+    vs text := groundkit._require_pgvector();
+    m groundkit.embedding_models;
+    v_member text;
+    v_rank integer;
+    col text;
+    op text;
+    vec text;
+    dist text;
+    score_expr text;
+    visible bigint;
+    use_index boolean;
+    ids bigint[];
+    scores double precision[];
+begin
+    perform groundkit._check_page(k, content_types);
+    m := groundkit._dense_check(query_embedding);
+    -- fail closed: no reader row, no results
+    select r.member_sub, r.rank into v_member, v_rank from groundkit._reader(_search_dense_ids.reader_sub) r;
+    if v_member is null then
+        return;
+    end if;
+    col := groundkit._recipe_column(m.recipe);
+    op := case m.distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
+    vec := format('%I.vector(%s)', vs, m.dimension);
+    -- the expression of the model's HNSW index (groundkit.dense.build_hnsw_index), to the letter
+    dist := format('(e.embedding::%s) operator(%I.%s) $1', vec, vs, op);
+    score_expr := case m.distance when 'cosine' then '1 - d' else '-d' end;
+
+    use_index := not coalesce(exact, false)
+        and coalesce((select i.indisvalid from pg_catalog.pg_index i
+                       where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name))), false);
+    if use_index then
+        -- The reader's visible set, as its buckets count it: the shared chunks of the scopes up
+        -- to its rank (scope_stats, kept with every write; private spaces and owner-only notes
+        -- are not counted there, and are taken to be few). A filter may narrow a large set: then
+        -- it is counted, up to the cross-over.
+        select coalesce(sum(s.n_chunks), 0) into visible from groundkit.scope_stats s where s.scope <= v_rank;
+        if (content_types is not null or space_ids is not null) and visible > groundkit._dense_exact_max() then
+            select count(*) into visible
+              from (select 1
+                      from groundkit._visible_space(v_rank, v_member) sp
+                      join groundkit.tiers ot on ot.rank <= v_rank
+                      join groundkit.objects o on o.space_id = sp.space_id and o.tier_visibility = ot.name
+                     cross join lateral groundkit._visible_object(o.object_id, v_rank, v_member,
+                                                                  content_types, space_ids) v
+                      join groundkit.chunks c on c.object_id = v.object_id and c.object_version = v.version
+                     where space_ids is null or sp.space_id = any (space_ids)
+                     limit groundkit._dense_exact_max() + 1) x;
+        end if;
+        use_index := visible > groundkit._dense_exact_max();
+    end if;
+
+    if use_index then
+        perform set_config('hnsw.ef_search', greatest(100, 2 * k)::text, true);
+        -- Relaxed order: the scan's rows come nearly sorted; the k nearest visible ones are
+        -- taken, then sorted exactly. The predicate is a join inside the scanned statement, so
+        -- the iterative scan goes on until k visible rows came (or max_scan_tuples).
+        execute format(
+            'select array_agg(z.chunk_id order by z.d, z.object_id, z.chunk_seq),
+                    array_agg(%s order by z.d, z.object_id, z.chunk_seq)
+               from (select c.chunk_id, c.object_id, c.chunk_seq, %s as d
+                       from groundkit.embeddings e
+                       join groundkit.chunks c on c.%I = e.content_hash
+                      cross join lateral groundkit._visible_chunk(c.chunk_id, $2, $3, $4, $5) v
+                      where e.model = %L
+                      order by %s
+                      limit $6) z',
+            replace(score_expr, 'd', 'z.d'), dist, col, m.name, dist)
+           into ids, scores
+          using query_embedding, v_rank, v_member, content_types, space_ids, k;
+        if groundkit._debug_allowed() then
+            raise debug 'groundkit dense: index scan, % of % rows', coalesce(cardinality(ids), 0), k;
+        end if;
+        if coalesce(cardinality(ids), 0) >= k then
+            return query select u.id, u.score from unnest(ids, scores) as u(id, score);
+            return;
+        end if;
+    end if;
+    if groundkit._debug_allowed() then
+        raise debug 'groundkit dense: exact scan';
+    end if;
+
+    -- The exact scan over the reader's visible set: every visible embedded chunk's distance. The
+    -- objects are reached by space and tier (objects_space_tier_idx), so a reader who sees one
+    -- tier of a large space reads that tier's objects only; _visible_object decides each one.
+    return query execute format(
+        'select z.chunk_id, %s
+           from (select c.chunk_id, c.object_id, c.chunk_seq, %s as d
+                   from groundkit._visible_space($2, $3) sp
+                   join groundkit.tiers ot on ot.rank <= $2
+                   join groundkit.objects o on o.space_id = sp.space_id and o.tier_visibility = ot.name
+                  cross join lateral groundkit._visible_object(o.object_id, $2, $3, $4, $5) v
+                   join groundkit.chunks c on c.object_id = v.object_id and c.object_version = v.version
+                   join groundkit.embeddings e on e.model = %L and e.content_hash = c.%I
+                  where $5 is null or sp.space_id = any ($5)
+                  order by 4, c.object_id, c.chunk_seq
+                  limit $6) z
+          order by z.d, z.object_id, z.chunk_seq',
+        replace(score_expr, 'd', 'z.d'), dist, m.name, col)
+        using query_embedding, v_rank, v_member, content_types, space_ids, k;
+end
+$$;
+
+-- The public dense search: the dense leg's top k with search's columns (sql/069_search.sql).
+-- The snippet is the chunk's first words, as search's for a chunk without a match: there are no
+-- query terms to mark, and the tsquery below holds one lexeme no text has (a control character,
+-- which the parser never keeps; an empty tsquery would raise a NOTICE per hit).
+create or replace function groundkit.search_dense(
+    reader_sub text,
+    query_embedding vector,
+    k integer default 10,
+    content_types text[] default null,
+    space_ids text[] default null,
+    exact boolean default false)
+returns table (
+    object_id text,
+    object_version bigint,
+    chunk_seq integer,
+    content_type text,
+    space_id text,
+    title text,
+    content text,
+    score double precision,
+    start_ms bigint,
+    end_ms bigint,
+    char_start integer,
+    char_end integer,
+    heading_path text[],
+    thread_id text,
+    thread_title text,
+    chunker text,
+    snippet text)
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    ids bigint[];
+    scores double precision[];
+begin
+    perform groundkit._reader_allowed(search_dense.reader_sub);  -- GK010 for a bound login's other readers
+    select array_agg(r.chunk_id order by r.n), array_agg(r.score order by r.n) into ids, scores
+      from groundkit._search_dense_ids(search_dense.reader_sub, search_dense.query_embedding, search_dense.k,
+                                       search_dense.content_types, search_dense.space_ids,
+                                       search_dense.exact) with ordinality as r(chunk_id, score, n);
+    return query
+    select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
+           c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
+           t.thread_id, t.thread_title, c.chunker,
+           groundkit._snippet(c.content, E'''\x05'''::tsquery, '<mark>', '</mark>')
+      from unnest(ids, scores) with ordinality as r(chunk_id, score, n)
+      join groundkit.chunks c on c.chunk_id = r.chunk_id
+      join groundkit.objects o on o.object_id = c.object_id
+     cross join lateral groundkit._thread_of(o.content_type, o.object_id, o.title, o.metadata) t
+     order by r.n;
+end
+$$;
+
+-- Hybrid search: BM25's top `depth` (groundkit._search_pruned, exact) and the dense leg's top
+-- `depth`, fused in SQL, the top k with search's columns and each leg's rank (null when the
+-- chunk is not in that leg's top depth). fusion 'rrf': sum over the legs of weight / (rrf_k +
+-- rank); 'score': sum of weight * the leg's score scaled to [0, 1] over its own top depth
+-- (min-max; a leg whose scores are all equal scales to 1). match_gate: a chunk only the dense
+-- leg found must match a query term. Both legs apply the permission predicate inside.
+-- The defaults (rrf, rrf_k 20, equal weights, depth 100, no gate) are the quality eval's choice
+-- on SciFact and NFCorpus (docs/journal/2026-12-04-fusion.md, python -m evals.bench fusion).
+create or replace function groundkit.search_hybrid(
+    reader_sub text,
+    query text,
+    query_embedding vector,
+    k integer default 10,
+    content_types text[] default null,
+    space_ids text[] default null,
+    fusion text default 'rrf',
+    rrf_k integer default 20,
+    bm25_weight double precision default 1,
+    dense_weight double precision default 1,
+    depth integer default 100,
+    match_gate boolean default false,
+    snippet_start text default '<mark>',
+    snippet_end text default '</mark>')
+returns table (
+    object_id text,
+    object_version bigint,
+    chunk_seq integer,
+    content_type text,
+    space_id text,
+    title text,
+    content text,
+    score double precision,
+    start_ms bigint,
+    end_ms bigint,
+    char_start integer,
+    char_end integer,
+    heading_path text[],
+    thread_id text,
+    thread_title text,
+    chunker text,
+    snippet text,
+    bm25_rank integer,
+    dense_rank integer)
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+#variable_conflict use_column
+declare
+    q tsquery;
+    d integer;
+begin
+    perform groundkit._reader_allowed(search_hybrid.reader_sub);
+    perform groundkit._snippet_check(search_hybrid.snippet_start, search_hybrid.snippet_end);
+    perform groundkit._search_check(search_hybrid.query, search_hybrid.k, search_hybrid.content_types);
+    perform groundkit._dense_check(search_hybrid.query_embedding);
+    if fusion is null or fusion not in ('rrf', 'score') then
+        raise exception 'fusion must be rrf or score (got %)', coalesce(quote_literal(fusion), 'NULL')
+            using errcode = 'GK005';
+    end if;
+    if rrf_k is null or rrf_k < 0 or rrf_k > 100000 then
+        raise exception 'rrf_k must be between 0 and 100000 (got %)', coalesce(rrf_k::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    if bm25_weight is null or dense_weight is null or bm25_weight < 0 or dense_weight < 0
+       or bm25_weight = 'NaN'::double precision or dense_weight = 'NaN'::double precision
+       or bm25_weight = 'Infinity'::double precision or dense_weight = 'Infinity'::double precision then
+        raise exception 'bm25_weight and dense_weight must be finite and >= 0' using errcode = 'GK005';
+    end if;
+    if depth is null or depth < 1 or depth > 200 then
+        raise exception 'depth must be between 1 and 200 (got %)', coalesce(depth::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    d := greatest(depth, k);
+    q := groundkit._query_tsquery(search_hybrid.query);
+    return query
+    with b as (
+        select r.chunk_id, r.score, r.n::integer as rank
+          from groundkit._search_pruned(search_hybrid.reader_sub, search_hybrid.query, d,
+                                        search_hybrid.content_types, search_hybrid.space_ids)
+               with ordinality as r(chunk_id, score, n)
+    ), v as (
+        select r.chunk_id, r.score, r.n::integer as rank
+          from groundkit._search_dense_ids(search_hybrid.reader_sub, search_hybrid.query_embedding, d,
+                                           search_hybrid.content_types, search_hybrid.space_ids, false)
+               with ordinality as r(chunk_id, score, n)
+    ), f as (
+        select coalesce(b.chunk_id, v.chunk_id) as chunk_id, b.rank as br, v.rank as vr,
+               case when search_hybrid.fusion = 'rrf' then
+                        coalesce(search_hybrid.bm25_weight / (search_hybrid.rrf_k + b.rank)::double precision, 0)
+                        + coalesce(search_hybrid.dense_weight / (search_hybrid.rrf_k + v.rank)::double precision, 0)
+                    else
+                        coalesce(search_hybrid.bm25_weight
+                                 * coalesce((b.score - bs.lo) / nullif(bs.hi - bs.lo, 0), 1), 0)
+                        + coalesce(search_hybrid.dense_weight
+                                   * coalesce((v.score - vs.lo) / nullif(vs.hi - vs.lo, 0), 1), 0)
+               end as fused
+          from b full join v on v.chunk_id = b.chunk_id
+         cross join (select min(x.score) as lo, max(x.score) as hi from b x) bs
+         cross join (select min(x.score) as lo, max(x.score) as hi from v x) vs
+    )
+    select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
+           c.content, f.fused, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
+           t.thread_id, t.thread_title, c.chunker,
+           groundkit._snippet(c.content, q, search_hybrid.snippet_start, search_hybrid.snippet_end),
+           f.br, f.vr
+      from f
+      join groundkit.chunks c on c.chunk_id = f.chunk_id
+      join groundkit.objects o on o.object_id = c.object_id
+     cross join lateral groundkit._thread_of(o.content_type, o.object_id, o.title, o.metadata) t
+     where not search_hybrid.match_gate or f.br is not null or coalesce(c.tsv @@ q, false)
+     order by f.fused desc, c.object_id, c.chunk_seq
+     limit search_hybrid.k;
+end
+$$;
+
+select pg_catalog.set_config('search_path', pg_catalog.current_setting('groundkit.migrate_search_path'), true);
