@@ -57,6 +57,20 @@ def test_the_export_is_made_at_first_use_and_cached_atomically(home: Path, local
     assert ensure_export() == path and path.stat().st_mtime_ns == before  # reused, not made again
 
 
+def test_the_cache_key_follows_the_weights_version_and_the_export_settings(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from groundkit.embedders import export
+
+    before = cached_path()
+    with monkeypatch.context() as mp:
+        mp.setitem(export.EXPORT_SETTINGS, "opset", 18)
+        assert cached_path() != before
+    assert cached_path() == before
+    monkeypatch.setattr(export, "weights_version", lambda: "9.9.9")
+    assert cached_path() != before and "-9.9.9-" in cached_path().name
+    assert cached_path(quantized=False) != cached_path()
+
+
 def test_local_vectors_match_pytorch(local: Embedder) -> None:
     """int8 ONNX against sentence-transformers' fp32 on the same weights: the same vectors up to quantization."""
     from sentence_transformers import SentenceTransformer
