@@ -223,6 +223,9 @@ class EmbedPass:
         self.batch = batch
         self.failures = 0
         self.resume_at = 0.0
+        #: the failure embedding backs off from (None once a pass embeds again): the worker's
+        #: heartbeat shows it on every pass until then
+        self.failing: GroundkitError | None = None
         self._embedders: dict[str, Embedder] = {}
 
     def embedder(self, model: EmbeddingModel) -> Embedder:
@@ -252,10 +255,12 @@ class EmbedPass:
             raise
         except GroundkitError as exc:
             self.failures += 1
+            self.failing = exc
             wait = min((self.every or 1.0) * 2 ** (self.failures - 1), EMBED_BACKOFF_MAX_S)
             self.resume_at = time.monotonic() + wait
             return steps, exc
         self.failures = 0
+        self.failing = None
         return steps, None
 
 

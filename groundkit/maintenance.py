@@ -267,14 +267,15 @@ def run_worker(dsn: str | None, *, every: float | None = WORKER_EVERY_S,
                 raise
             heartbeat.beat(gk, error=exc.message)
             return None, exc
-        failed = None
+        failed = failing = None
         if embedding is not None:
             steps, failed = embedding.run(gk, progress=progress)
+            failing = embedding.failing  # (also while backing off, when this pass did not try)
             if steps:
                 report = report.model_copy(update={
                     "steps": report.steps + tuple(steps),
                     "seconds": round(report.seconds + sum(st.seconds for st in steps), 3)})
-        heartbeat.beat(gk, report, error=None if failed is None else f"embedding: {failed.message}")
+        heartbeat.beat(gk, report, error=None if failing is None else f"embedding: {failing.message}")
         return report, failed
 
     keep_running(dsn, every, one_pass, on_result=lambda r: on_pass(*r), on_lost=on_lost,

@@ -249,3 +249,24 @@ def embed_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data directory for the local embedding model, shared by the session: its ONNX export is
     made there once, at first use (tests/test_embedders.py), as on a fresh machine."""
     return tmp_path_factory.mktemp("embed-home")
+
+
+@pytest.fixture
+def local_spans(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """groundkit's spans, exported in memory by a tracer provider of this test's own: groundkit's
+    tracer is taken from it, and OpenTelemetry's global provider (test_telemetry's) is left alone."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from groundkit import telemetry
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    class Trace:
+        get_tracer = staticmethod(provider.get_tracer)
+
+    monkeypatch.setattr(telemetry, "_trace", Trace)
+    return exporter

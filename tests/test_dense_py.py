@@ -446,3 +446,23 @@ def test_bench_embed_job_compares_the_job_with_the_provider(server_dsn: str, tmp
     out = capsys.readouterr().out
     assert "chunks 4, batch 2, rounds 1" in out and "provider alone" in out
     assert "x the provider alone)" in out
+
+
+def test_shadow_compare_on_sampled_queries(dense: Groundkit, dsn: str, fake: FakeEmbeddings) -> None:
+    """--sampled N takes the latest distinct sampled queries (groundkit.search_samples); with no
+    samples it says how to get some."""
+    add_fake_model(dense, "fake2", fake, recipe="text")
+    none = _run("shadow-compare", "--model", "fake2", "--sampled", "5", "--as", "t0", "--dsn", dsn)
+    assert none.returncode == 1 and "set-sample-rate" in none.stderr
+    dense.set_sample_rate(1.0)
+    for q in ("kiln firing", "glaze iron", "kiln firing", "pricing"):
+        dense.search("t0", q, mode="hybrid")
+    model_swap.start_reindex(dense, "fake2")
+    from groundkit.embedders import embedder_for
+
+    fake2 = embedding.get_model(dense, "fake2")
+    embedding.embed_pending(dense, fake2, embedder_for(fake2))
+    done = _run("shadow-compare", "--model", "fake2", "--sampled", "5", "--as", "t0", "--mode", "hybrid",
+                "--dsn", dsn)
+    assert done.returncode == 0, done.stderr
+    assert "3 quer(ies), hybrid, as t0: overlap@10 of fake and fake2" in done.stdout

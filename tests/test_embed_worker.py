@@ -84,14 +84,14 @@ def test_embed_pass_backs_off_after_a_failure(dsn: str) -> None:
         job = EmbedPass(every=0.5)
         fake.down = True
         steps, error = job.run(gk)
-        assert isinstance(error, EmbeddingProviderError) and steps == []
+        assert isinstance(error, EmbeddingProviderError) and steps == [] and job.failing is error
         asked = fake.requests
         assert job.run(gk) == ([], None) and fake.requests == asked  # backing off: not asked
         fake.down = False
         job.resume_at = 0.0
         steps, error = job.run(gk)
         assert error is None and [(s.name, s.reason, s.count) for s in steps][:1] == [("embed", "fake", 1)]
-        assert job.failures == 0
+        assert job.failures == 0 and job.failing is None
 
 
 def test_worker_without_a_model_or_with_no_embed_does_nothing_dense(dsn: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from pydantic import ValidationError
 
@@ -19,9 +20,6 @@ from groundkit import Groundkit, InvalidArgument
 from groundkit.embedders import Embedder, EmbeddingModel, embedder_for
 from groundkit.embedders.export import INSTALL_EXPORT, cached_path, ensure_export
 from groundkit.errors import EmbeddingProviderError
-from tests.test_telemetry import _named, spans  # the in-memory span exporter, installed once per process
-
-__all__ = ["spans"]
 
 TEXTS = [
     "The cat sat on the mat and purred.",
@@ -55,6 +53,20 @@ def test_the_export_is_made_at_first_use_and_cached_atomically(home: Path, local
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left behind
     before = path.stat().st_mtime_ns
     assert ensure_export() == path and path.stat().st_mtime_ns == before  # reused, not made again
+
+
+def test_the_cache_key_follows_the_weights_version_and_the_export_settings(
+        home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from groundkit.embedders import export
+
+    before = cached_path()
+    with monkeypatch.context() as mp:
+        mp.setitem(export.EXPORT_SETTINGS, "opset", 18)
+        assert cached_path() != before
+    assert cached_path() == before
+    monkeypatch.setattr(export, "weights_version", lambda: "9.9.9")
+    assert cached_path() != before and "-9.9.9-" in cached_path().name
+    assert cached_path(quantized=False) != cached_path()
 
 
 def test_local_vectors_match_pytorch(local: Embedder) -> None:
@@ -145,17 +157,21 @@ def test_each_call_is_metered_with_its_tokens_and_cost(gk: Groundkit, home: Path
     assert math.isclose(float(rows[0]["cost"]), documents * 0.5 / 1000)
 
 
-def test_each_call_opens_an_embed_span(spans: InMemorySpanExporter, home: Path, local: Embedder) -> None:
+def test_each_call_opens_an_embed_span(local_spans: InMemorySpanExporter, home: Path, local: Embedder) -> None:
     local.embed_documents(TEXTS[:2])
-    (span,) = _named(spans, "groundkit.embed")
+    (span,) = named(local_spans, "groundkit.embed")
     attrs = dict(span.attributes or {})
     assert attrs["groundkit.model"] == "all-minilm-l6-v2" and attrs["groundkit.provider"] == "local"
     assert attrs["groundkit.texts"] == 2 and int(str(attrs["groundkit.tokens"])) > 256
 
 
-def test_a_failed_call_is_recorded_on_its_span(spans: InMemorySpanExporter, home: Path) -> None:
+def test_a_failed_call_is_recorded_on_its_span(local_spans: InMemorySpanExporter, home: Path) -> None:
     wrong = EmbeddingModel(name="m", provider="local", dimension=10, distance="cosine", recipe="r")
     with pytest.raises(EmbeddingProviderError):
         embedder_for(wrong).embed_query("x")
-    (span,) = _named(spans, "groundkit.embed")
+    (span,) = named(local_spans, "groundkit.embed")
     assert not span.status.is_ok
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == name]

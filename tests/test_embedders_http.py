@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from groundkit import Groundkit
@@ -22,9 +23,6 @@ from groundkit.embedders import EmbeddingModel, embedder_for
 from groundkit.embedders.local import LocalOptions, LocalProvider
 from groundkit.embedders.rerank import reranker_for
 from groundkit.errors import EmbeddingProviderError
-from tests.test_telemetry import _named, spans
-
-__all__ = ["spans"]
 
 SECRET = "sk-test-5f2a9c7e1b3d4a6f8e0c"
 TEXTS = ["The cat sat on the mat.", "Insulin regulates glucose uptake.", "Markets fell.",
@@ -151,13 +149,13 @@ def test_vectors_come_back_in_order_batched(server: tuple[str, Script], model_pr
 
 @pytest.mark.parametrize("provider", ["ollama", "openai"])
 def test_tokens_are_metered_and_a_span_is_recorded(server: tuple[str, Script], gk: Groundkit, provider: str,
-                                                   spans: InMemorySpanExporter) -> None:
+                                                   local_spans: InMemorySpanExporter) -> None:
     url, _ = server
     embedder_for(model(provider, url), meter_to=gk, flow="home").embed_documents(TEXTS[:3])
     (row,) = gk.conn.execute("select flow, model, kind, tokens_in, cost from groundkit.calls").fetchall()
     assert (row["flow"], row["model"], row["kind"], row["cost"]) == ("home", f"minilm-{provider}", "embedding", None)
     assert row["tokens_in"] > 10  # the server's count (prompt_eval_count / usage.prompt_tokens)
-    (span,) = _named(spans, "groundkit.embed")
+    (span,) = named(local_spans, "groundkit.embed")
     assert (span.attributes or {})["groundkit.provider"] == provider
 
 
@@ -274,3 +272,7 @@ def test_rerank_failures_are_gk017(server: tuple[str, Script]) -> None:
     script.failures = [(500, {})] * 5
     with pytest.raises(EmbeddingProviderError, match=r"reranker .* failed after 2 attempts"):
         reranker_for({"url": url, "max_retries": 1, "backoff": 0}).rerank("q", ["a", "b"], top_n=1)
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name == name]

@@ -22,21 +22,23 @@ from groundkit import ConfigError, ContentObject, Groundkit, ReaderNotAllowed, t
 from groundkit.cli import app
 from groundkit.config import Settings
 
-_EXPORTER = InMemorySpanExporter()
-_METRICS = InMemoryMetricReader()
-_installed = False
+# One exporter and reader per process, kept on the opentelemetry.trace module: other test files
+# import this one as tests.test_telemetry while pytest imports it as test_telemetry, two module
+# objects, and OpenTelemetry's providers can be set only once, so both must export to these.
+_SHARED: tuple[InMemorySpanExporter, InMemoryMetricReader, list[bool]] = trace.__dict__.setdefault(
+    "_groundkit_test_exporters", (InMemorySpanExporter(), InMemoryMetricReader(), [False]))
+_EXPORTER, _METRICS, _INSTALLED = _SHARED
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
     """The SDK installed once per process (OpenTelemetry's providers are set once), emptied per test."""
-    global _installed
-    if not _installed:
+    if not _INSTALLED[0]:
         provider = TracerProvider()
         provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
         trace.set_tracer_provider(provider)
         metrics.set_meter_provider(MeterProvider(metric_readers=[_METRICS]))
-        _installed = True
+        _INSTALLED[0] = True
     _EXPORTER.clear()
     telemetry.configure(include=None)
     yield _EXPORTER

@@ -25,7 +25,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -70,6 +70,15 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, f"{host}{port}", parts.path, "", ""))
 
 
+class _Outcome(NamedTuple):
+    """A request's outcome: the decoded answer, or what failed and the wait before a retry
+    (0: the configured backoff; None: a retry will not help)."""
+
+    answer: Any = None
+    failure: str | None = None
+    retry_in: float | None = None
+
+
 class JsonClient:
     """POST JSON with bounded retries; every failure is a GK017 without a chain."""
 
@@ -112,34 +121,37 @@ class JsonClient:
         where = f"the {self.what} at {safe_url(url)}"
         attempt = 0
         while True:
-            failure, wait = self._attempt(url, body)
-            if failure is None:
-                return wait  # the decoded answer
-            if wait is None or attempt >= self.options.max_retries:
+            outcome = self._attempt(url, body)
+            if outcome.failure is None:
+                return outcome.answer
+            if outcome.retry_in is None or attempt >= self.options.max_retries:
                 tries = f" after {attempt + 1} attempts" if attempt else ""
-                raise EmbeddingProviderError(f"{where} failed{tries}: {failure}")
-            self._sleep(min(wait if wait > 0 else self.options.backoff * 2**attempt, self.options.max_backoff))
+                raise EmbeddingProviderError(f"{where} failed{tries}: {outcome.failure}")
+            wait = outcome.retry_in or self.options.backoff * 2**attempt
+            self._sleep(min(wait, self.options.max_backoff))
             attempt += 1
 
-    def _attempt(self, url: str, body: dict[str, Any]) -> tuple[str | None, Any]:
-        """(None, answer) on success; else (what failed, the wait before a retry: 0 for the
-        default backoff, None when a retry will not help). Nothing raised but GK017."""
+    def _attempt(self, url: str, body: dict[str, Any]) -> _Outcome:
+        """One request. Nothing leaves it but its outcome, or a GK017 about the API key."""
         httpx = self._httpx
         headers = self._headers()
         try:
             response = self._client.post(url, json=body, headers=headers)
         except httpx.TimeoutException:
-            return f"no answer within {self.options.timeout:g} s", 0.0
+            return _Outcome(failure=f"no answer within {self.options.timeout:g} s", retry_in=0.0)
         except httpx.TransportError as exc:
-            return f"cannot reach it ({type(exc).__name__})", 0.0
+            return _Outcome(failure=f"cannot reach it ({type(exc).__name__})", retry_in=0.0)
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:
+            return _Outcome(failure=f"the request failed ({type(exc).__name__})")
         if response.status_code in RETRIED_STATUS:
-            return f"HTTP {response.status_code}", _retry_after(response.headers.get("retry-after"))
+            return _Outcome(failure=f"HTTP {response.status_code}",
+                            retry_in=_retry_after(response.headers.get("retry-after")))
         if response.status_code >= 400:
-            return f"HTTP {response.status_code}", None
+            return _Outcome(failure=f"HTTP {response.status_code}")
         try:
-            return None, response.json()
+            return _Outcome(answer=response.json())
         except ValueError:
-            return "the answer is not JSON", None
+            return _Outcome(failure="the answer is not JSON")
 
     def close(self) -> None:
         self._client.close()
