@@ -107,6 +107,14 @@ class UnknownRun(InvalidArgument):
     sqlstate = "GK012"
 
 
+class NoFreshServer(DatabaseUnavailable):
+    """A read routed by the permission fence found no server it may use: the primary is
+    unreachable and no replica is provably fresh (GK018; docs/replicas.md). Fails closed: an
+    error, never a possibly stale answer."""
+
+    sqlstate = "GK018"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -121,6 +129,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK011": UnknownFlow,
     "GK012": UnknownRun,
     "GK014": Unauthenticated,
+    "GK018": NoFreshServer,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

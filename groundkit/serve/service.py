@@ -6,7 +6,6 @@ cached here.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -27,6 +26,7 @@ from groundkit.errors import (
     UnknownObject,
     from_psycopg,
 )
+from groundkit.pool_log import scrub_pool_log
 from groundkit.serve.models import (
     CitationInput,
     CitationResult,
@@ -58,7 +58,7 @@ class ReadService:
         # A DSN libpq cannot read is a ConfigError now, not a pool that retries it forever and
         # logs libpq's message, which quotes the DSN (password included).
         groundkit_dsn.parse(dsn)
-        _scrub_pool_log(dsn)
+        scrub_pool_log(dsn)
         self.pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             dsn, min_size=1, max_size=pool_size, timeout=pool_timeout, open=False, name="groundkit-serve",
             kwargs={"autocommit": True, "row_factory": dict_row},
@@ -122,26 +122,6 @@ class ReadService:
         except GroundkitError:
             return Health(database="unavailable", expected_revision=self._expected)
         return Health(database="ok", revision=revision, expected_revision=self._expected)
-
-
-class _ScrubDsn(logging.Filter):
-    """Blanks the DSN's password in the pool's log records (its connection errors quote libpq)."""
-
-    def __init__(self, dsn: str) -> None:
-        super().__init__()
-        self.dsn = dsn
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = groundkit_dsn.scrub(self.dsn, record.getMessage())
-        record.args = None
-        return True
-
-
-def _scrub_pool_log(dsn: str) -> None:
-    logger = logging.getLogger("psycopg.pool")
-    for old in [f for f in logger.filters if isinstance(f, _ScrubDsn)]:
-        logger.removeFilter(old)
-    logger.addFilter(_ScrubDsn(dsn))
 
 
 def _head_revision() -> str:
