@@ -27,7 +27,7 @@ SLOT = "gk_standby"
 DATABASE = "groundkit"
 _SETTINGS = (
     "listen_addresses = ''", "wal_level = replica", "max_wal_senders = 4", "max_replication_slots = 4",
-    "hot_standby = on", "fsync = off", "synchronous_commit = off", "full_page_writes = off",
+    "hot_standby = on", "fsync = off", "full_page_writes = off",
     "shared_buffers = 32MB", "max_connections = 40", "wal_receiver_status_interval = 1s",
     # a search on the standby is not cancelled by the replay of a vacuum's cleanup
     "hot_standby_feedback = on",
@@ -111,7 +111,7 @@ class ReplicaPair:
 
     def wait_replayed(self, timeout: float = 30.0) -> None:
         """Until the standby has replayed everything the primary has written so far."""
-        target = self._sql(self.primary_dsn, "select pg_current_wal_lsn()::text")
+        target = self._sql(self.primary_dsn, "select pg_current_wal_insert_lsn()::text")
         deadline = time.monotonic() + timeout
         while not self._sql(self.standby_dsn, "select pg_last_wal_replay_lsn() >= %s::pg_lsn", (target,)):
             if time.monotonic() > deadline:

@@ -102,7 +102,7 @@ begin
     authority := groundkit.authority_position();
     in_recovery := pg_is_in_recovery();
     if not in_recovery then
-        lsn := pg_current_wal_lsn();
+        lsn := pg_current_wal_insert_lsn();
         lag_seconds := 0;
     else
         lsn := pg_last_wal_replay_lsn();
