@@ -158,7 +158,7 @@ class ReplicaPair:
         return self._sql(self.standby_dsn, statement)
 
     @staticmethod
-    def _sql(dsn: str, statement: str | sql.Composable, params: tuple[Any, ...] | None = None) -> Any:
+    def _sql(dsn: str, statement: str | sql.Composed, params: tuple[Any, ...] | None = None) -> Any:
         with psycopg.connect(dsn, autocommit=True) as conn:
             cur = conn.execute(statement, params)
             row = cur.fetchone() if cur.description is not None else None

@@ -95,7 +95,9 @@ class FencedPool:
     route counts."""
 
     def __init__(self, primary: str, replicas: Sequence[str] = (), *, max_lag: float = DEFAULT_MAX_LAG,
-                 pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT, open_wait: bool = True) -> None:
+                 pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT, open_wait: bool = True,
+                 primary_pool: ConnectionPool[_PgConn] | None = None) -> None:
+        """``primary_pool``: a pool to the primary to use instead of opening one (the servers' own)."""
         if isinstance(replicas, str):
             raise ConfigError("replicas must be a list of DSNs, not one string")
         if not (isinstance(max_lag, int | float) and 0 < max_lag <= 86_400):
@@ -106,7 +108,7 @@ class FencedPool:
         self._replica_wait = min(pool_timeout, REPLICA_WAIT)
         scrub_pool_log(primary, *replicas)
         self.labels = tuple(label(d) for d in replicas)
-        self._primary = _pool(primary, pool_size, pool_timeout, "groundkit-primary")
+        self._primary = primary_pool or _pool(primary, pool_size, pool_timeout, "groundkit-primary")
         self._replicas = tuple(_pool(d, pool_size, pool_timeout, f"groundkit-replica-{i}")
                                for i, d in enumerate(replicas))
         self._lock = threading.Lock()
@@ -219,10 +221,12 @@ class FencedPool:
     def _fresh_replica(self, index: int, position: tuple[int, ...]) -> _PgConn | None:
         """A connection to replica ``index`` if it passes the fence (the caller puts it back),
         else None, counting why."""
+        from psycopg_pool import PoolTimeout
+
         pool = self._replicas[index]
         try:
             conn = pool.getconn(timeout=self._replica_wait)
-        except Exception:  # noqa: BLE001 - PoolTimeout or a connection error: the replica is not there
+        except (PoolTimeout, psycopg.Error):  # the replica is not there, or all its connections are busy
             self._count(index, "unreachable")
             return None
         try:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 import groundkit
-from groundkit import Groundkit, replica_pair
+from groundkit import Groundkit, replica_pair, tokens
 from groundkit.errors import NoFreshServer
 from groundkit.replicas import FencedPool, connect_pool, covers
 
@@ -120,6 +120,33 @@ def test_with_the_primary_down_and_the_standby_paused_searches_fail_closed(
             pair.resume_replay()
 
 
+def test_the_http_api_reads_behind_the_fence(pair: replica_pair.ReplicaPair, primary: Groundkit) -> None:
+    """`groundkit serve http --replica DSN`: the service's reads go through the fence too."""
+    httpx = pytest.importorskip("httpx")
+    from groundkit.serve.background import serving
+    from groundkit.serve.http import create_app
+    from groundkit.serve.service import ReadService
+
+    token = tokens.create_token(primary, "ana")
+    pair.wait_replayed()
+    service = ReadService(pair.primary_dsn, pool_size=2, pool_timeout=2.0, replicas=[pair.standby_dsn],
+                          max_lag=1.0)
+    body = {"query": "price list commissions"}
+    headers = {"Authorization": f"Bearer {token}"}
+    try:
+        with serving(create_app(service)) as url:
+            r = httpx.post(f"{url}/v1/search", json=body, headers=headers, timeout=30)
+            assert {h["object_id"] for h in r.json()["hits"]} >= {"price"}
+            pair.pause_replay()
+            primary.put_member("ana", "T0")
+            r = httpx.post(f"{url}/v1/search", json=body, headers=headers, timeout=30)
+            assert r.status_code == 200 and "price" not in {h["object_id"] for h in r.json()["hits"]}
+            assert service.fenced is not None
+            assert sum(c.get("fence", 0) for c in service.fenced.routes().values()) == 1
+    finally:
+        pair.resume_replay()
+
+
 def test_the_route_counts_reach_the_primary(pair: replica_pair.ReplicaPair, primary: Groundkit) -> None:
     with connect_pool(pair.primary_dsn, [pair.standby_dsn]) as pool:
         for _ in range(3):
@@ -149,8 +176,13 @@ def _position(gk: Groundkit) -> int:
 def _world(gk: Groundkit) -> Groundkit:
     gk.put_member("bo", "T1")
     gk.put_space("board", "T0")
+    gk.put_space("b2", "T0")
     gk.put_object("p", 1, "board_post", "board", "T0", "Post", "body text")
     return gk
+
+
+def _move(gk: Groundkit) -> None:
+    gk.put_object("p", 2, "board_post", "b2", "T0", "Post", "x")
 
 
 AUTHORITY_WRITES: dict[str, Callable[[Groundkit], object]] = {
@@ -163,8 +195,7 @@ AUTHORITY_WRITES: dict[str, Callable[[Groundkit], object]] = {
     "grant": lambda gk: gk.grant_space("board", "bo"),
     "re-tier": lambda gk: gk.retier_object("p", 2, "T1"),
     "new version with another tier": lambda gk: gk.put_object("p", 2, "board_post", "board", "T2", "Post", "x"),
-    "move to another space": lambda gk: (gk.put_space("b2", "T0"),
-                                         gk.put_object("p", 2, "board_post", "b2", "T0", "Post", "x")),
+    "move to another space": lambda gk: _move(gk),
     "delete": lambda gk: gk.delete_object("p", 2),
     "redact": lambda gk: gk.redact_object("p", 2),
     "tier rank": lambda gk: gk.set_tier_rank("T3", 7),
