@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
+from pydantic import BaseModel, ConfigDict
 
 from groundkit import dsn as groundkit_dsn
 from groundkit.client import Groundkit
@@ -313,3 +314,107 @@ def connect_pool(primary: str, replicas: Sequence[str] = (), *, max_lag: float =
     reads go to a replica that has replayed every permission change and lags by at most
     ``max_lag`` seconds, else to the primary; with the primary unreachable they fail closed."""
     return FencedPool(primary, replicas, max_lag=max_lag, pool_size=pool_size, pool_timeout=pool_timeout)
+
+
+# -- what `groundkit status` reports ---------------------------------------------------------
+
+
+class StreamingStandby(BaseModel):
+    """A standby streaming from the primary, as ``pg_stat_replication`` shows it (its lag columns
+    are NULL for a role without pg_read_all_stats)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    state: str | None
+    replay_lag_seconds: float | None
+    replay_behind_bytes: int | None
+
+
+class ReplicaReport(BaseModel):
+    """One ``--replica``: its replay lag and how far its authority position is behind the
+    primary's (the changes not yet replayed, summed over the shards; 0 when it has them all)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    reachable: bool
+    lag_seconds: float | None = None
+    authority_behind: int | None = None
+
+
+class RouteCounts(BaseModel):
+    """Today's reads the routers counted for one replica: served by it, and sent to the primary
+    by the fence (a permission change not yet replayed), by its lag, or because it was down."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    replica: str
+    replica_reads: int = 0
+    fence: int = 0
+    lag: int = 0
+    unreachable: int = 0
+
+    @property
+    def to_primary(self) -> int:
+        return self.fence + self.lag + self.unreachable
+
+
+class ReplicationStatus(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    authority_position: int
+    standbys: tuple[StreamingStandby, ...]
+    replicas: tuple[ReplicaReport, ...]
+    routes: tuple[RouteCounts, ...]
+
+    def alerts(self, lag_alert: float, fence_alert: float) -> list[str]:
+        """What is past the thresholds: a replica unreachable or lagging more than ``lag_alert``
+        seconds, or the fence sending more than ``fence_alert`` of a replica's reads to the primary."""
+        found = []
+        for r in self.replicas:
+            if not r.reachable:
+                found.append(f"replica {r.name} is unreachable")
+            elif r.lag_seconds is not None and r.lag_seconds > lag_alert:
+                found.append(f"replica {r.name} replays {r.lag_seconds:.1f} s behind (alert at {lag_alert:g} s)")
+        for s in self.standbys:
+            if s.replay_lag_seconds is not None and s.replay_lag_seconds > lag_alert:
+                found.append(f"standby {s.name} replays {s.replay_lag_seconds:.1f} s behind "
+                             f"(alert at {lag_alert:g} s)")
+        for c in self.routes:
+            total = c.replica_reads + c.to_primary
+            if total and c.fence / total > fence_alert:
+                found.append(f"the fence sent {c.fence / total:.0%} of today's reads for {c.replica} to the "
+                             f"primary (alert at {fence_alert:.0%})")
+        return found
+
+
+def replication_status(primary: Groundkit, replicas: Sequence[str] = ()) -> ReplicationStatus:
+    """The primary's authority position, its streaming standbys, each of ``replicas`` (DSNs) with
+    its lag and authority position against the primary's, and today's route counts."""
+    position = read_state(primary.conn).authority
+    standbys = tuple(StreamingStandby.model_validate(r) for r in primary._fetch(
+        "select coalesce(application_name, '') || coalesce('@' || host(client_addr), '') as name, state,"
+        " extract(epoch from replay_lag)::float8 as replay_lag_seconds,"
+        " pg_wal_lsn_diff(pg_current_wal_lsn(), replay_lsn)::bigint as replay_behind_bytes"
+        " from pg_stat_replication order by 1", {}))
+    reports = tuple(_replica_report(dsn, position) for dsn in replicas)
+    counts: dict[str, dict[str, int]] = {}
+    for row in primary._fetch("select replica, route, n from groundkit.replica_routes"
+                              " where day = current_date order by replica, route", {}):
+        counts.setdefault(row["replica"], {})[row["route"]] = int(row["n"])
+    routes = tuple(RouteCounts(replica=name, replica_reads=c.get("replica", 0), fence=c.get("fence", 0),
+                               lag=c.get("lag", 0), unreachable=c.get("unreachable", 0))
+                   for name, c in counts.items())
+    return ReplicationStatus(authority_position=sum(position), standbys=standbys, replicas=reports, routes=routes)
+
+
+def _replica_report(dsn: str, position: tuple[int, ...]) -> ReplicaReport:
+    name = label(dsn)
+    try:
+        with groundkit_dsn.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+            state = read_state(conn)
+    except (GroundkitError, psycopg.Error):
+        return ReplicaReport(name=name, reachable=False)
+    behind = sum(max(0, p - r) for p, r in zip(position, state.authority, strict=False))
+    return ReplicaReport(name=name, reachable=True, lag_seconds=state.lag_seconds, authority_behind=behind)

@@ -7,6 +7,7 @@ that changes authority or visibility advances the authority position, and conten
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 
@@ -235,3 +236,30 @@ def test_one_transaction_advances_one_shard_once(gk: Groundkit) -> None:
         gk.put_member("bo", "T2")
         gk.put_space("board", "T1")
     assert _position(gk) == before + 1
+
+
+def test_status_reports_the_replica_and_check_alerts_past_the_threshold(
+        pair: replica_pair.ReplicaPair, primary: Groundkit) -> None:
+    from typer.testing import CliRunner
+
+    from groundkit.cli.main import app
+
+    with connect_pool(pair.primary_dsn, [pair.standby_dsn]) as pool:
+        pool.search("ana", "price list commissions")
+    args = ["status", "--dsn", pair.primary_dsn, "--replica", pair.standby_dsn, "--check", "--lag-alert", "0.5"]
+    runner = CliRunner()
+    fine = runner.invoke(app, args)
+    assert fine.exit_code == 0, fine.output
+    assert "replica " in fine.output and "authority replayed" in fine.output and "reads today" in fine.output
+    pair.pause_replay()
+    try:
+        primary.put_member("ana", "T0")
+        primary.put_object("late", 1, "board_post", "commons", "T0", "Late", "written while replay is paused")
+        time.sleep(1.0)
+        late = runner.invoke(app, [*args, "--json"])
+        assert late.exit_code == 1, late.output
+        body = json.loads(late.output)["replication"]
+        assert body["replicas"][0]["authority_behind"] >= 1 and body["replicas"][0]["lag_seconds"] > 0.5
+        assert any("behind" in a for a in body["alerts"])
+    finally:
+        pair.resume_replay()

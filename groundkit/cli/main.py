@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 import groundkit
-from groundkit import maintenance
+from groundkit import maintenance, replicas
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import costs as costs_cli
@@ -37,7 +37,7 @@ from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
 from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError
 from groundkit.maintenance import ANALYZE_GROWTH, REINDEX_DRIFT
-from groundkit.models import IndexStatus, MaintenanceReport, WorkerHeartbeat
+from groundkit.models import Due, IndexStatus, MaintenanceReport, OutdatedChunks, WorkerHeartbeat
 
 app = typer.Typer(
     name="groundkit",
@@ -217,23 +217,46 @@ def _reindex(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
 @handle_errors
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of lines.")] = False,
+    replica: Annotated[list[str] | None, typer.Option(
+        "--replica", help="A read replica's DSN (repeat for more): report its replay lag and its authority "
+                          "position against the primary's.")] = None,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Exit 1 when a replica is unreachable or past --lag-alert, or the fence sent more than "
+                        "--fence-alert of a replica's reads today to the primary.")] = False,
+    lag_alert: Annotated[float, typer.Option(min=0, help="Replay lag, in seconds, that --check alerts on.")] = 30.0,
+    fence_alert: Annotated[float, typer.Option(
+        min=0, max=1, help="Share of a replica's reads the fence sent to the primary that --check alerts on.")] = 0.5,
     dsn: DsnOption = None,
 ) -> None:
     """Show the search index's state: chunks, pending postings, how old the planning statistics
     are, whether the postings' impacts fit the configuration and the chunks, chunks made by
     another chunker version or other sizes than the configuration's (groundkit rebuild re-chunks
-    them), when a worker last ran, and what a maintenance pass would do now (due)."""
+    them), when a worker last ran, and what a maintenance pass would do now (due).
+
+    With read replicas: each one's lag, its authority position against the primary's, and how many reads the
+    permission fence sent to the primary today (docs/replicas.md)."""
     with Groundkit.connect(dsn) as gk:
         st = gk.index_status()
         due = gk.due()
         workers = gk.workers()
         outdated = gk.outdated_chunks()
+        replication = replicas.replication_status(gk, tuple(replica or ()))
+    alerts = replication.alerts(lag_alert, fence_alert)
+    _print_status(st, due, workers, outdated, replication, alerts, as_json=as_json)
+    if check and alerts:
+        raise typer.Exit(1)
+
+
+def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHeartbeat, ...],
+                  outdated: tuple[OutdatedChunks, ...], replication: replicas.ReplicationStatus,
+                  alerts: list[str], *, as_json: bool) -> None:
     if as_json:
         # (an infinite drift, k1 or b changed, is null)
         body = json.loads(st.model_dump_json())
         body["due"] = [d.model_dump() for d in due]
         body["workers"] = [json.loads(w.model_dump_json()) for w in workers]
         body["outdated_chunks"] = [o.model_dump() for o in outdated]
+        body["replication"] = {**replication.model_dump(), "alerts": alerts}
         sys.stdout.write(json.dumps(body) + "\n")
         return
     analyzed = (f"{st.analyzed_at:%Y-%m-%d %H:%M:%S %Z}; the chunks grew {st.growth:.1%} since"
@@ -263,6 +286,27 @@ def status(
         out.print(f"worker            {_worker_line(w)}", highlight=False)
     for d in due:
         out.print(f"due: {d.reason}: the worker's next pass, or groundkit worker --once", highlight=False)
+    _print_replication(replication, alerts)
+
+
+def _print_replication(rep: replicas.ReplicationStatus, alerts: list[str]) -> None:
+    if not (rep.standbys or rep.replicas or rep.routes):
+        return
+    out.print(f"authority         position {rep.authority_position:,} (permission changes committed)", highlight=False)
+    for s in rep.standbys:
+        lag = f"{s.replay_lag_seconds:.2f} s" if s.replay_lag_seconds is not None else "lag not visible to this role"
+        behind = f", {s.replay_behind_bytes:,} bytes to replay" if s.replay_behind_bytes is not None else ""
+        out.print(f"standby           {s.name or '(unnamed)'}: {s.state}, {lag}{behind}", highlight=False)
+    for r in rep.replicas:
+        line = ("unreachable" if not r.reachable else
+                f"replay lag {r.lag_seconds:.2f} s; authority "
+                + ("replayed" if not r.authority_behind else f"{r.authority_behind:,} changes behind"))
+        out.print(f"replica           {r.name}: {line}", highlight=False)
+    for c in rep.routes:
+        out.print(f"reads today       {c.replica}: {c.replica_reads:,} on the replica, {c.to_primary:,} on the primary "
+                  f"({c.fence:,} by the fence, {c.lag:,} by lag, {c.unreachable:,} unreachable)", highlight=False)
+    for a in alerts:
+        out.print(f"alert: {a}", highlight=False)
 
 
 def _worker_line(w: WorkerHeartbeat | None) -> str:
