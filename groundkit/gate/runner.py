@@ -14,6 +14,9 @@ Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
 - ``home``: the home feed, engagement and the framework retrievers keep the live predicate.
 - ``surfaces``: the golden set again through the HTTP API and the MCP server, over loopback, as
   each reader's bearer token (skipped, saying so, without the ``http`` and ``mcp`` extras).
+- ``replicas``: a primary and a streaming standby with its replay paused: no change of authority
+  or visibility is served stale through the fenced router, and without the fence the same cases
+  leak (skipped, saying so, where the embedded server binaries are missing).
 
 Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero.
 """
@@ -34,7 +37,7 @@ from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "side_channels", "home",
-            "surfaces")
+            "surfaces", "replicas")
 
 
 class GateOptions(BaseModel):
@@ -134,6 +137,9 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
     runners["home"] = home.run_section
 
     runners["surfaces"] = surfaces.run_section
+    from groundkit.gate import replicas
+
+    runners["replicas"] = replicas.run_section
     return runners
 
 
