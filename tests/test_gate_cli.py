@@ -15,7 +15,7 @@ from groundkit.gate import runner as gate_mod
 from groundkit.gate.golden import Hit, Searcher, real_searcher
 
 # covered by tests/test_gate_concurrency.py and tests/test_gate_surfaces.py
-HEAVY = ["--skip", "faults", "--skip", "concurrency", "--skip", "surfaces"]
+HEAVY = ["--skip", "faults", "--skip", "concurrency", "--skip", "surfaces", "--skip", "replicas"]
 
 
 def _cli() -> typer.Typer:
