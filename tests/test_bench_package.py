@@ -165,3 +165,17 @@ def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys
     for arm in ("bare", "none", "api", "sdk"):
         assert f"\n{arm} " in out or out.startswith(f"{arm} ")
     assert "telemetry.span() entered and left without the package" in out
+
+
+def test_replicas_runs_both_arms_and_the_paired_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    from groundkit import replica_pair
+
+    try:
+        replica_pair.bin_dir()
+    except replica_pair.Unavailable as exc:
+        pytest.skip(str(exc))
+    assert main(["replicas", "--chunks", "300", "--queries", "10", "--clients", "2", "--seconds", "1",
+                 "--write-rounds", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "| one server |" in out and "| primary + standby, fenced |" in out
+    assert "| put_member (a tier change) |" in out and "| retier_object |" in out

@@ -14,6 +14,7 @@
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
+    replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -32,6 +33,7 @@ from evals.bench import (
     ingest,
     ingest_dir,
     profile,
+    replicas,
     runs,
     search,
     sidechannel,
@@ -55,6 +57,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "costs": costs.main,
     "runs": runs.main,
     "telemetry": telemetry.main,
+    "replicas": replicas.main,
 }
 
 
