@@ -109,6 +109,14 @@ class ReplicaPair:
     def resume_replay(self) -> None:
         self._standby_sql("select pg_wal_replay_resume()")
 
+    def set_apply_delay(self, milliseconds: int) -> None:
+        """Make the standby apply each commit ``milliseconds`` after the primary made it
+        (recovery_min_apply_delay): a standby far away or busy."""
+        with psycopg.connect(self.standby_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("alter system set recovery_min_apply_delay = {}").format(
+                sql.Literal(f"{int(milliseconds)}ms")))
+            conn.execute("select pg_reload_conf()")
+
     def wait_replayed(self, timeout: float = 30.0) -> None:
         """Until the standby has replayed everything the primary has written so far."""
         target = self._sql(self.primary_dsn, "select pg_current_wal_insert_lsn()::text")

@@ -15,6 +15,7 @@
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
+    shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -36,6 +37,7 @@ from evals.bench import (
     replicas,
     runs,
     search,
+    shards,
     sidechannel,
     snippets,
     telemetry,
@@ -58,6 +60,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "runs": runs.main,
     "telemetry": telemetry.main,
     "replicas": replicas.main,
+    "shards": shards.main,
 }
 
 

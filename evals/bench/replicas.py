@@ -14,7 +14,9 @@ permission changes (a member's tier, toggled):
   position first, then runs on the standby if it has replayed it (and lags less than
   ``--max-lag``), else on the primary.
 
-The table gives searches per second, p50 / p95 ms, and where the second arm's searches ran: on
+A third arm repeats the second with the standby applying each commit ``--apply-delay-ms`` late
+(recovery_min_apply_delay), as a standby far away or busy would: the fence's share of reads then
+shows. The table gives searches per second, p50 / p95 ms, and where the second arm's searches ran: on
 the standby, or on the primary because of the fence (a change not yet replayed), the lag or an
 unreachable standby. Then the fence's cost alone: the position read's round trip, and
 ``put_member`` / ``retier_object`` with the authority triggers enabled against disabled, paired
@@ -148,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="length of each arm")
     ap.add_argument("--changes-per-second", type=float, default=3.0, help="permission changes during each arm")
     ap.add_argument("--max-lag", type=float, default=5.0)
+    ap.add_argument("--apply-delay-ms", type=int, default=100,
+                    help="the third arm's recovery_min_apply_delay on the standby")
     ap.add_argument("--write-rounds", type=int, default=200, help="writes per side of the paired write overhead")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
@@ -159,7 +163,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                  "(primary and standby on the same cores)", "",
                  "| arm | searches | per second | p50 / p95 ms | on the standby | primary: fence | primary: lag "
                  "| primary: unreachable |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-        for name, replicas in (("one server", []), ("primary + standby, fenced", [pair.standby_dsn])):
+        arms: tuple[tuple[str, list[str], int], ...] = (
+                ("one server", [], 0), ("primary + standby, fenced", [pair.standby_dsn], 0),
+                (f"the same, the standby applying commits {args.apply_delay_ms} ms late", [pair.standby_dsn],
+                 args.apply_delay_ms))
+        for name, replicas, delay in arms:
+            if delay:
+                pair.set_apply_delay(delay)
             with connect_pool(pair.primary_dsn, replicas, max_lag=args.max_lag, pool_size=args.clients + 1) as pool:
                 for q in queries[:20]:  # warm the caches and plans
                     pool.search("r100", q)
@@ -167,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 done, ms = arm(pool, pair.primary_dsn, queries, args.clients, args.seconds, args.changes_per_second)
                 routes = {route: sum(n - before.get(key, 0) for key, n in pool.routed.items() if key[1] == route)
                           for route in ("replica", "fence", "lag", "unreachable")}
-            shares = [f"{n / done:.1%}" if replicas else "-" for n in routes.values()]
+            shares = [f"{n:,} ({n / done:.1%})" if replicas else "-" for n in routes.values()]
             lines.append(f"| {name} | {done:,} | {done / args.seconds:.1f} | {pct(ms, 50):.1f} / {pct(ms, 95):.1f} | "
                          + " | ".join(shares) + " |")
         lines += ["", f"the fence's read of the primary's position: {position_read_ms(pair.primary_dsn, 500):.3f} ms "
