@@ -10,6 +10,7 @@ from groundkit.errors import (
     InvalidArgument,
     InvariantViolation,
     MigrationError,
+    NoFreshServer,
     PgvectorMissing,
     ReaderNotAllowed,
     Unauthenticated,
@@ -39,6 +40,7 @@ from groundkit.models import (
     WriteResult,
     WriteStatus,
 )
+from groundkit.replicas import FencedPool, connect_pool
 
 __version__ = "0.1.0"
 
@@ -51,6 +53,7 @@ __all__ = [
     "ContextCitation",
     "DatabaseUnavailable",
     "Due",
+    "FencedPool",
     "Groundkit",
     "GroundkitError",
     "HomeItem",
@@ -62,6 +65,7 @@ __all__ = [
     "Member",
     "MigrationError",
     "MigrationState",
+    "NoFreshServer",
     "OutdatedChunks",
     "PgvectorMissing",
     "ReaderNotAllowed",
@@ -81,6 +85,7 @@ __all__ = [
     "WriteStatus",
     "assemble_context",
     "connect",
+    "connect_pool",
     "migrate",
     "migration_sql",
     "migration_state",
