@@ -106,9 +106,11 @@ begin
         lag_seconds := 0;
     else
         lsn := pg_last_wal_replay_lsn();
+        -- behind with nothing replayed yet since it started: no bound, so not fresh
         lag_seconds := case when pg_last_wal_receive_lsn() is not distinct from lsn then 0
-                            else greatest(0, extract(epoch from clock_timestamp()
-                                                     - pg_last_xact_replay_timestamp())) end;
+                            else coalesce(greatest(0, extract(epoch from clock_timestamp()
+                                                              - pg_last_xact_replay_timestamp())),
+                                          'infinity') end;
     end if;
 end
 $$;

@@ -148,6 +148,15 @@ def test_the_http_api_reads_behind_the_fence(pair: replica_pair.ReplicaPair, pri
         pair.resume_replay()
 
 
+def test_a_replica_that_is_down_is_skipped(pair: replica_pair.ReplicaPair, primary: Groundkit) -> None:
+    gone = pair.dsn(5499)  # nothing listens there
+    with connect_pool(pair.primary_dsn, [gone, pair.standby_dsn], max_lag=1.0, pool_timeout=2.0) as pool:
+        for _ in range(2):
+            assert "price" in _ids(pool)
+        assert _route(pool, "unreachable") >= 1
+        assert _route(pool, "replica") == 2
+
+
 def test_the_route_counts_reach_the_primary(pair: replica_pair.ReplicaPair, primary: Groundkit) -> None:
     with connect_pool(pair.primary_dsn, [pair.standby_dsn]) as pool:
         for _ in range(3):

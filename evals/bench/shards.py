@@ -108,7 +108,8 @@ def fused(shard_runs: list[tuple[dict[str, dict[str, float]], list[float]]],
 
 
 def overlap(a: dict[str, dict[str, float]], b: dict[str, dict[str, float]]) -> float:
-    return statistics.mean(len(set(top(a[q], 10)) & set(top(b[q], 10))) / 10 for q in a if a[q])
+    """The mean share of ``a``'s top 10 (or fewer, for a query with fewer hits) also in ``b``'s."""
+    return statistics.mean(len(set(top(a[q], 10)) & set(top(b[q], 10))) / len(top(a[q], 10)) for q in a if a[q])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
