@@ -272,3 +272,19 @@ def test_status_reports_the_replica_and_check_alerts_past_the_threshold(
         assert any("behind" in a for a in body["alerts"])
     finally:
         pair.resume_replay()
+
+
+def test_no_password_in_the_errors_of_an_unreachable_primary(pair: replica_pair.ReplicaPair) -> None:
+    secret = "pw-9f3c2e1d"
+    dead = f"host={pair.root} port=5498 user=postgres dbname=groundkit password={secret}"
+    with pytest.raises(groundkit.DatabaseUnavailable) as opening:
+        connect_pool(dead, [pair.standby_dsn], pool_timeout=0.5)
+    pool = FencedPool(dead, [pair.standby_dsn], pool_timeout=0.5, open_wait=False)
+    try:
+        with pytest.raises(NoFreshServer) as reading:
+            pool.search("ana", "price")
+    finally:
+        pool.close()
+    for exc in (opening.value, reading.value):
+        chain = [exc, exc.__cause__, exc.__context__]
+        assert not any(secret in str(e) for e in chain if e is not None)
