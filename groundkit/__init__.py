@@ -7,10 +7,12 @@ from groundkit.errors import (
     ContextBudgetTooSmall,
     CutoverRefused,
     DatabaseUnavailable,
+    EmbeddingProviderError,
     GroundkitError,
     InvalidArgument,
     InvariantViolation,
     MigrationError,
+    NoFreshServer,
     PgvectorMissing,
     ReaderNotAllowed,
     Unauthenticated,
@@ -41,6 +43,7 @@ from groundkit.models import (
     WriteResult,
     WriteStatus,
 )
+from groundkit.replicas import FencedPool, connect_pool
 
 __version__ = "0.1.0"
 
@@ -54,6 +57,8 @@ __all__ = [
     "CutoverRefused",
     "DatabaseUnavailable",
     "Due",
+    "EmbeddingProviderError",
+    "FencedPool",
     "Groundkit",
     "GroundkitError",
     "HomeItem",
@@ -65,6 +70,7 @@ __all__ = [
     "Member",
     "MigrationError",
     "MigrationState",
+    "NoFreshServer",
     "OutdatedChunks",
     "PgvectorMissing",
     "ReaderNotAllowed",
@@ -85,6 +91,7 @@ __all__ = [
     "WriteStatus",
     "assemble_context",
     "connect",
+    "connect_pool",
     "migrate",
     "migration_sql",
     "migration_state",

@@ -126,6 +126,12 @@ class EmbeddingProviderError(GroundkitError):
     falling back to another provider (GK017; raised by Python, not by SQL)."""
 
     sqlstate = "GK017"
+class NoFreshServer(DatabaseUnavailable):
+    """A read routed by the permission fence found no server it may use: the primary is
+    unreachable and no replica is provably fresh (GK018; docs/replicas.md). Fails closed: an
+    error, never a possibly stale answer."""
+
+    sqlstate = "GK018"
 
 
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
@@ -145,6 +151,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK015": UnknownModel,
     "GK016": CutoverRefused,
     "GK017": EmbeddingProviderError,
+    "GK018": NoFreshServer,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

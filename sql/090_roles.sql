@@ -275,3 +275,24 @@ begin
     end if;
 end
 $dense$;
+-- Read replicas (sql/089_replicas.sql, docs/replicas.md): a reader's router reads the authority
+-- position and the replica's state and flushes its route counts; the trigger function runs as
+-- the owner, so that an app's own membership table may carry it.
+do $replicas$
+begin
+    alter function groundkit.authority_changed() security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.authority_position() security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.replica_state() security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.note_routes(jsonb) security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant execute on function
+            groundkit.authority_position(),
+            groundkit.replica_state(),
+            groundkit.note_routes(jsonb)
+        to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+        grant execute on function groundkit.authority_position() to groundkit_writer;
+    end if;
+end
+$replicas$;

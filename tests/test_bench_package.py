@@ -231,3 +231,33 @@ def test_fusion_grid_on_a_tiny_collection(server_dsn: str, tmp_path: Path, capsy
     assert [t[0] for t in tests] == ["bm25 alone", "dense alone", "rrf k=60", "score minmax a=0.4", "score z a=0.5",
                                      "rrf k=20, gate"]
     assert all(0.0 <= float(t[2]) <= 1.0 for t in tests)
+def test_replicas_runs_both_arms_and_the_paired_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    from groundkit import replica_pair
+
+    try:
+        replica_pair.bin_dir()
+    except replica_pair.Unavailable as exc:
+        pytest.skip(str(exc))
+    assert main(["replicas", "--chunks", "300", "--queries", "10", "--clients", "2", "--seconds", "1",
+                 "--write-rounds", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "| one server |" in out and "| primary + standby, fenced |" in out
+    assert "| put_member (a tier change) |" in out and "| retier_object |" in out
+
+
+def test_shards_fuses_two_databases_and_global_statistics_match_one(
+        server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    words = ["kiln", "glaze", "clay", "wheel", "slip", "bisque", "raku", "stoneware", "porcelain", "celadon"]
+    docs = [{"_id": f"d{i}", "title": words[i % 10], "text": " ".join(words[(i * j) % 10] for j in range(1, 8))}
+            for i in range(60)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    queries = [{"_id": f"q{i}", "text": f"{words[i]} {words[(i + 3) % 10]}"} for i in range(10)]
+    (tmp_path / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(10)))
+    assert main(["shards", "--dsn", server_dsn, "--collection", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
+    assert {"one database", "two shards, per-shard statistics", "two shards, global statistics"} <= set(rows)
+    assert rows["two shards, global statistics"][2] == rows["one database"][2]  # the same nDCG@10

@@ -312,7 +312,7 @@ def test_status_check_breaches_on_lag(dense: Groundkit, dsn: str) -> None:
     dense.put_object("new-1", 1, "board_post", "open", "T0", "kiln", "a new post about kilns")
     shown = runner.invoke(app, ["status", "--check", "--dsn", dsn])
     assert shown.exit_code == 0 and "fake (active): 1 chunk(s) unembedded, the oldest waiting" in shown.output
-    by_count = runner.invoke(app, ["status", "--check", "--lag-alert-chunks", "0", "--dsn", dsn])
+    by_count = runner.invoke(app, ["status", "--check", "--embed-lag-alert-chunks", "0", "--dsn", dsn])
     assert by_count.exit_code == 1 and "ALERT" in by_count.output
     env = {**os.environ, "GROUNDKIT_EMBEDDING_LAG_ALERT_S": "0.001"}
     time.sleep(0.01)

@@ -18,6 +18,8 @@
     embed         the local embedding model's docs/s and nDCG@10 on SciFact, per variant, and PyTorch's
     embed-job     groundkit embed's job (claim, embed, store, commit) against the provider alone
     dense         the dense leg: HNSW recall@10 against the exact scan and latency, at 100 %, 10 %, 1 % visible
+    replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
+    shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -40,8 +42,10 @@ from evals.bench import (
     ingest,
     ingest_dir,
     profile,
+    replicas,
     runs,
     search,
+    shards,
     sidechannel,
     snippets,
     telemetry,
@@ -67,6 +71,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "embed": embed.main,
     "embed-job": embed_job.main,
     "dense": dense.main,
+    "replicas": replicas.main,
+    "shards": shards.main,
 }
 
 

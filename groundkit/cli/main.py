@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 import groundkit
-from groundkit import embedding, maintenance
+from groundkit import embedding, maintenance, replicas
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import costs as costs_cli
@@ -232,25 +232,37 @@ def _reindex(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
 @handle_errors
 def status(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object instead of lines.")] = False,
+    replica: Annotated[list[str] | None, typer.Option(
+        "--replica", help="A read replica's DSN (repeat for more): report its replay lag and its authority "
+                          "position against the primary's.")] = None,
     check: Annotated[bool, typer.Option(
-        "--check", help="Exit 1 when an active embedding model's lag breaches --lag-alert-s or --lag-alert-chunks "
-                        "(for monitoring).")] = False,
-    lag_alert_s: Annotated[float | None, typer.Option(
+        "--check", help="Exit 1 when any alert below is breached (for monitoring): the active embedding model's "
+                        "lag, a replica unreachable or lagging, or the fence sending too many reads to the "
+                        "primary.")] = False,
+    embed_lag_alert_s: Annotated[float | None, typer.Option(
         help="Alert when the active model's oldest unembedded chunk is older than this (seconds; 0 never). "
              "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_S, else 600.")] = None,
-    lag_alert_chunks: Annotated[int | None, typer.Option(
+    embed_lag_alert_chunks: Annotated[int | None, typer.Option(
         min=0, help="Alert when more chunks than this lack the active model's embedding. "
                     "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_CHUNKS, else no limit.")] = None,
+    replay_lag_alert_s: Annotated[float, typer.Option(
+        min=0, help="Alert when a replica's replay lag exceeds this (seconds).")] = 30.0,
+    fence_alert: Annotated[float, typer.Option(
+        min=0, max=1, help="Alert when the fence sent more than this share of a replica's reads today to the "
+                           "primary.")] = 0.5,
     dsn: DsnOption = None,
 ) -> None:
     """Show the search index's state: chunks, pending postings, how old the planning statistics
     are, whether the postings' impacts fit the configuration and the chunks, chunks made by
     another chunker version or other sizes than the configuration's (groundkit rebuild re-chunks
     them), each embedding model's lag, when a worker last ran, and what a maintenance pass would
-    do now (due)."""
+    do now (due).
+
+    With read replicas: each one's lag, its authority position against the primary's, and how many reads the
+    permission fence sent to the primary today (docs/replicas.md)."""
     settings = Settings.from_env()
-    alert_s = settings.embedding_lag_alert_s if lag_alert_s is None else lag_alert_s
-    alert_chunks = settings.embedding_lag_alert_chunks if lag_alert_chunks is None else lag_alert_chunks
+    alert_s = settings.embedding_lag_alert_s if embed_lag_alert_s is None else embed_lag_alert_s
+    alert_chunks = settings.embedding_lag_alert_chunks if embed_lag_alert_chunks is None else embed_lag_alert_chunks
     with Groundkit.connect(dsn) as gk:
         st = gk.index_status()
         due = gk.due()
@@ -258,7 +270,9 @@ def status(
         outdated = gk.outdated_chunks()
         dense = embedding.dense_available(gk)
         lags = embedding.lag(gk) if dense else []
-    alerts = [a for a in (_lag_alert(lag, alert_s, alert_chunks) for lag in lags) if a]
+        replication = replicas.replication_status(gk, tuple(replica or ()))
+    lag_alerts = [a for a in (_lag_alert(lag, alert_s, alert_chunks) for lag in lags) if a]
+    replica_alerts = replication.alerts(replay_lag_alert_s, fence_alert)
     if as_json:
         # (an infinite drift, k1 or b changed, is null)
         body = json.loads(st.model_dump_json())
@@ -266,11 +280,13 @@ def status(
         body["workers"] = [json.loads(w.model_dump_json()) for w in workers]
         body["outdated_chunks"] = [o.model_dump() for o in outdated]
         body["dense"] = {"available": dense, "lag": [json.loads(lag.model_dump_json()) for lag in lags],
-                         "alerts": alerts}
+                         "alerts": lag_alerts}
+        body["replication"] = {**replication.model_dump(), "alerts": replica_alerts}
         sys.stdout.write(json.dumps(body) + "\n")
     else:
-        _print_status(st, due, workers, outdated, dense, lags, alerts)
-    if check and alerts:
+        _print_status(st, due, workers, outdated, dense, lags, lag_alerts)
+        _print_replication(replication, replica_alerts)
+    if check and (lag_alerts or replica_alerts):
         raise typer.Exit(1)
 
 
@@ -327,6 +343,26 @@ def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHe
         out.print(f"worker            {_worker_line(w)}", highlight=False)
     for d in due:
         out.print(f"due: {d.reason}: the worker's next pass, or groundkit worker --once", highlight=False)
+
+
+def _print_replication(rep: replicas.ReplicationStatus, alerts: list[str]) -> None:
+    if not (rep.standbys or rep.replicas or rep.routes):
+        return
+    out.print(f"authority         position {rep.authority_position:,} (permission changes committed)", highlight=False)
+    for s in rep.standbys:
+        lag = f"{s.replay_lag_seconds:.2f} s" if s.replay_lag_seconds is not None else "lag not visible to this role"
+        behind = f", {s.replay_behind_bytes:,} bytes to replay" if s.replay_behind_bytes is not None else ""
+        out.print(f"standby           {s.name or '(unnamed)'}: {s.state}, {lag}{behind}", highlight=False)
+    for r in rep.replicas:
+        line = ("unreachable" if not r.reachable else
+                f"replay lag {r.lag_seconds:.2f} s; authority "
+                + ("replayed" if not r.authority_behind else f"{r.authority_behind:,} changes behind"))
+        out.print(f"replica           {r.name}: {line}", highlight=False)
+    for c in rep.routes:
+        out.print(f"reads today       {c.replica}: {c.replica_reads:,} on the replica, {c.to_primary:,} on the primary "
+                  f"({c.fence:,} by the fence, {c.lag:,} by lag, {c.unreachable:,} unreachable)", highlight=False)
+    for a in alerts:
+        out.print(f"alert: {a}", highlight=False)
 
 
 def _worker_line(w: WorkerHeartbeat | None) -> str:

@@ -10,6 +10,7 @@ import typer
 from groundkit.cli._common import DsnOption, err, handle_errors
 from groundkit.client import resolve_dsn
 from groundkit.errors import ConfigError, InvalidArgument
+from groundkit.replicas import DEFAULT_MAX_LAG
 from groundkit.serve.service import POOL_SIZE, POOL_TIMEOUT, ReadService
 
 app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as authenticated members.",
@@ -19,6 +20,11 @@ HostOption = Annotated[str, typer.Option(help="Interface to listen on.")]
 PoolSizeOption = Annotated[int, typer.Option(min=1, max=1000, help="Most database connections at once.")]
 PoolTimeoutOption = Annotated[float, typer.Option(
     min=0.01, help="Seconds a request waits for a free connection before it gets a 503.")]
+ReplicaOption = Annotated[list[str] | None, typer.Option(
+    "--replica", help="A streaming replica's DSN (repeat for more): reads go to one that has replayed every "
+                      "permission change and lags by at most --max-lag, else to the primary (docs/replicas.md).")]
+MaxLagOption = Annotated[float, typer.Option(
+    min=0.01, max=86_400, help="Seconds new content may lag on a replica (revocations never may).")]
 
 
 class Transport(StrEnum):
@@ -44,6 +50,8 @@ def mcp(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port (http).")] = 8001,
     pool_size: PoolSizeOption = POOL_SIZE,
     pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    replica: ReplicaOption = None,
+    max_lag: MaxLagOption = DEFAULT_MAX_LAG,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the MCP tools `search` and `home`, reading as the configured `--reader` (stdio) or as
@@ -55,7 +63,8 @@ def mcp(
         raise InvalidArgument("--reader is required over stdio: the member every call reads as")
     if transport is Transport.http and reader:
         raise InvalidArgument("--reader is for stdio; over http each request's bearer token names the member")
-    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout)
+    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+                          replicas=tuple(replica or ()), max_lag=max_lag)
     if transport is Transport.stdio:
         assert reader is not None
         mcp_server.run_stdio(service, reader)
@@ -74,6 +83,8 @@ def http(
              "that authenticates every request and sets the header itself.")] = None,
     pool_size: PoolSizeOption = POOL_SIZE,
     pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    replica: ReplicaOption = None,
+    max_lag: MaxLagOption = DEFAULT_MAX_LAG,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the HTTP retrieval API (POST /v1/search, GET /v1/home, GET /healthz, GET /openapi.json),
@@ -83,5 +94,6 @@ def http(
 
     from groundkit.serve.http import create_app
 
-    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout)
+    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+                          replicas=tuple(replica or ()), max_lag=max_lag)
     uvicorn.run(create_app(service, trust_header=trust_header), host=host, port=port, log_level="warning")

@@ -16,6 +16,9 @@ Sections, each on fresh throwaway databases (:mod:`groundkit.gate.throwaway`):
   each reader's bearer token (skipped, saying so, without the ``http`` and ``mcp`` extras).
 - ``dense``: the golden set through dense and hybrid search, and an embedding-model swap
   (:mod:`groundkit.gate.dense`; skipped, saying so, without pgvector).
+- ``replicas``: a primary and a streaming standby with its replay paused: no change of authority
+  or visibility is served stale through the fenced router, and without the fence the same cases
+  leak (skipped, saying so, where the embedded server binaries are missing).
 
 Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero.
 """
@@ -36,7 +39,7 @@ from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases, connect_dict
 
 SECTIONS = ("golden", "planted", "model", "concurrency", "faults", "roles", "bad_input", "side_channels", "home",
-            "surfaces", "dense")
+            "surfaces", "dense", "replicas")
 
 
 class GateOptions(BaseModel):
@@ -140,6 +143,10 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
     from groundkit.gate import dense
 
     runners["dense"] = dense.run_section
+
+    from groundkit.gate import replicas
+
+    runners["replicas"] = replicas.run_section
     return runners
 
 

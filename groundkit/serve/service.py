@@ -6,8 +6,7 @@ cached here.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -23,10 +22,13 @@ from groundkit.errors import (
     GroundkitError,
     InvalidArgument,
     MigrationError,
+    NoFreshServer,
     Unauthenticated,
     UnknownObject,
     from_psycopg,
 )
+from groundkit.pool_log import scrub_pool_log
+from groundkit.replicas import DEFAULT_MAX_LAG, FencedPool
 from groundkit.serve.models import (
     CitationInput,
     CitationResult,
@@ -39,6 +41,7 @@ from groundkit.serve.models import (
 )
 
 _M = TypeVar("_M", bound=BaseModel)
+_R = TypeVar("_R")
 
 POOL_SIZE = 10
 POOL_TIMEOUT = 5.0  # seconds a request waits for a connection before it gets a 503
@@ -52,26 +55,40 @@ class ReadService:
     """A psycopg_pool of at most ``pool_size`` connections to ``dsn``; a request that waits
     longer than ``pool_timeout`` seconds for one raises :class:`Busy`."""
 
-    def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT) -> None:
+    def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT,
+                 replicas: Sequence[str] = (), max_lag: float = DEFAULT_MAX_LAG) -> None:
+        """With ``replicas``, reads (search, home, citations) go through the permission fence to a
+        fresh replica, else to ``dsn`` (docs/replicas.md); tokens and health stay on ``dsn``."""
         from psycopg_pool import ConnectionPool
 
         # A DSN libpq cannot read is a ConfigError now, not a pool that retries it forever and
         # logs libpq's message, which quotes the DSN (password included).
         groundkit_dsn.parse(dsn)
-        _scrub_pool_log(dsn)
+        scrub_pool_log(dsn)
         self.pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
             dsn, min_size=1, max_size=pool_size, timeout=pool_timeout, open=False, name="groundkit-serve",
             kwargs={"autocommit": True, "row_factory": dict_row},
             connection_class=psycopg.Connection[dict[str, Any]],
         )
         self._expected = _head_revision()
+        self.fenced = (FencedPool(dsn, replicas, max_lag=max_lag, pool_size=pool_size, pool_timeout=pool_timeout,
+                                  open_wait=False, primary_pool=self.pool) if replicas else None)
 
     def open(self) -> None:
         # not waiting: the server starts (and /healthz answers 503) while the database is down
         self.pool.open(wait=False)
 
     def close(self) -> None:
+        if self.fenced is not None:
+            self.fenced.close()
         self.pool.close()
+
+    def _read(self, fn: Callable[[Groundkit], _R]) -> _R:
+        """``fn`` behind the fence when there are replicas, else on the one pool."""
+        if self.fenced is not None:
+            return self.fenced.read(fn)
+        with self.groundkit() as gk:
+            return fn(gk)
 
     @contextmanager
     def groundkit(self) -> Iterator[Groundkit]:
@@ -95,21 +112,19 @@ class ReadService:
         raise Unauthenticated("a valid bearer token is required (groundkit tokens create MEMBER)")
 
     def search(self, member: str, request: SearchInput) -> SearchResult:
-        with self.groundkit() as gk:
-            hits = gk.search(member, request.query, k=request.k, content_types=request.content_types,
-                             space_ids=request.space_ids, mode=request.mode)
+        hits = self._read(lambda gk: gk.search(member, request.query, k=request.k, content_types=request.content_types,
+                                               space_ids=request.space_ids, mode=request.mode))
         return SearchResult(hits=tuple(hits))
 
     def home(self, member: str, request: HomeInput) -> HomeResult:
-        with self.groundkit() as gk:
-            items = gk.home(member, request.mode, k=request.k)
+        items = self._read(lambda gk: gk.home(member, request.mode, k=request.k))
         return HomeResult(items=tuple(items))
 
     def fetch_citation(self, member: str, request: CitationInput) -> CitationResult:
         """The cited chunk in its context; an object the member may not see now is UnknownObject
         (404), exactly as one that does not exist."""
-        with self.groundkit() as gk:
-            citation = gk.fetch_citation(member, request.object_id, request.version, request.chunk_seq)
+        citation = self._read(lambda gk: gk.fetch_citation(member, request.object_id, request.version,
+                                                           request.chunk_seq))
         if citation is None:
             raise UnknownObject("no such citation: the object, version or chunk does not exist or is not "
                                 "visible to you")
@@ -122,26 +137,6 @@ class ReadService:
         except GroundkitError:
             return Health(database="unavailable", expected_revision=self._expected)
         return Health(database="ok", revision=revision, expected_revision=self._expected)
-
-
-class _ScrubDsn(logging.Filter):
-    """Blanks the DSN's password in the pool's log records (its connection errors quote libpq)."""
-
-    def __init__(self, dsn: str) -> None:
-        super().__init__()
-        self.dsn = dsn
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        record.msg = groundkit_dsn.scrub(self.dsn, record.getMessage())
-        record.args = None
-        return True
-
-
-def _scrub_pool_log(dsn: str) -> None:
-    logger = logging.getLogger("psycopg.pool")
-    for old in [f for f in logger.filters if isinstance(f, _ScrubDsn)]:
-        logger.removeFilter(old)
-    logger.addFilter(_ScrubDsn(dsn))
 
 
 def _head_revision() -> str:
@@ -170,6 +165,8 @@ def error_body(exc: BaseException) -> tuple[int, ErrorBody]:
         return 401, ErrorBody(code="GK014", message=exc.message)
     if isinstance(exc, UnknownObject):
         return 404, ErrorBody(code="GK009", message=exc.message)
+    if isinstance(exc, NoFreshServer):
+        return 503, ErrorBody(code="GK018", message=exc.message)
     if isinstance(exc, Busy):
         return 503, ErrorBody(code="unavailable", message=exc.message)
     if isinstance(exc, DatabaseUnavailable | MigrationError):
