@@ -288,10 +288,12 @@ class Groundkit(Admin):
         snippet: HTML-escaped text around the matches, which stand between ``snippet_start`` and
         ``snippet_end``.
 
-        ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`): ``bm25`` ranks by
-        BM25; ``dense`` embeds the query with the active embedding model and ranks the chunks
-        embedded by it by similarity (``exact``: an exact scan, never the HNSW index); ``hybrid``
-        fuses both legs in SQL, with ``fusion``, ``rrf_k``, ``bm25_weight``, ``dense_weight``,
+        ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`, ``auto``): ``auto`` is
+        ``hybrid`` when the database has pgvector and an active embedding model, else ``bm25``
+        (read on every call, ``groundkit.auto_search_mode()``); ``bm25`` ranks by BM25;
+        ``dense`` embeds the query with the active embedding model and ranks the chunks embedded
+        by it by similarity (``exact``: an exact scan, never the HNSW index); ``hybrid`` fuses
+        both legs in SQL, with ``fusion``, ``rrf_k``, ``bm25_weight``, ``dense_weight``,
         ``depth`` and ``match_gate`` as ``groundkit.search_hybrid`` takes them (``None``: its
         default). Dense and hybrid raise :class:`~groundkit.errors.PgvectorMissing` without
         pgvector and :class:`~groundkit.errors.UnknownModel` without an active model. Every mode
@@ -324,6 +326,8 @@ class Groundkit(Admin):
         if exact and mode != "dense":
             raise InvalidArgument("exact goes with mode='dense'")
         self.last_sample_id = None
+        if mode == "auto":
+            mode = "hybrid" if self._scalar("select groundkit.auto_search_mode() as mode", {}) == "hybrid" else "bm25"
         with telemetry.span("search", mode=mode, k=k, query=query, reader=reader_sub) as current:
             leg: sql.Composable
             if mode == "bm25":

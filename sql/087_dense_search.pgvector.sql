@@ -52,8 +52,10 @@ end
 $$;
 
 -- The dense leg: the reader's top k current chunks by the active model's distance to the query
--- embedding, each with its score (cosine: 1 - distance; l2: -distance; inner product: the
--- product), ties broken by object id and chunk seq. Exact whenever the reader's visible set
+-- embedding, each with its score, ties broken by object id and chunk seq. Scores are search's:
+-- never negative, higher nearer. Cosine: (1 + cosine similarity) / 2 = 1 - distance / 2, in
+-- [0, 1]; l2: 1 / (1 + distance), in (0, 1]; inner product: its logistic sigmoid, in (0, 1).
+-- Each is monotone in the distance, so the order is the distance's. Exact whenever the reader's visible set
 -- is small, the model has no valid HNSW index, or `exact` asks; otherwise an iterative HNSW
 -- scan (pgvector 0.8), finished by the exact scan when it yields fewer than k visible rows.
 -- The permission predicate (_visible_space, _visible_object, as BM25's) is inside each query.
@@ -100,7 +102,12 @@ begin
     vec := format('%I.vector(%s)', vs, m.dimension);
     -- the expression of the model's HNSW index (groundkit.dense.build_hnsw_index), to the letter
     dist := format('(e.embedding::%s) operator(%I.%s) $1', vec, vs, op);
-    score_expr := case m.distance when 'cosine' then '1 - d' else '-d' end;
+    -- (z.d is the distance; <#> is the negative inner product, and exp's argument is capped so
+    -- that a huge distance gives 0, not an overflow error)
+    score_expr := case m.distance
+        when 'cosine' then 'greatest(0, 1 - z.d / 2)'
+        when 'l2' then '1 / (1 + z.d)'
+        else '1 / (1 + exp(least(z.d, 700)))' end;
 
     use_index := not coalesce(exact, false)
         and coalesce((select i.indisvalid from pg_catalog.pg_index i
@@ -141,7 +148,7 @@ begin
                       where e.model = %L
                       order by %s
                       limit $6) z',
-            replace(score_expr, 'd', 'z.d'), dist, col, m.name, dist)
+            score_expr, dist, col, m.name, dist)
            into ids, scores
           using query_embedding, v_rank, v_member, content_types, space_ids, k;
         if groundkit._debug_allowed() then
@@ -172,7 +179,7 @@ begin
                   order by 4, c.object_id, c.chunk_seq
                   limit $6) z
           order by z.d, z.object_id, z.chunk_seq',
-        replace(score_expr, 'd', 'z.d'), dist, m.name, col)
+        score_expr, dist, m.name, col)
         using query_embedding, v_rank, v_member, content_types, space_ids, k;
 end
 $$;

@@ -253,7 +253,8 @@ begin
         'groundkit.embed_claim(text, integer)',
         'groundkit.embed_store(text, bytea[], real[])',
         'groundkit.cutover(text, boolean)',
-        'groundkit.hnsw_status(text)'
+        'groundkit.hnsw_status(text)',
+        'groundkit.auto_search_mode()'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
         if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
@@ -271,7 +272,8 @@ begin
         end if;
     end loop;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
-        grant execute on function groundkit.active_embedding_model() to groundkit_reader;
+        grant execute on function groundkit.active_embedding_model(), groundkit.auto_search_mode()
+            to groundkit_reader;
     end if;
 end
 $dense$;

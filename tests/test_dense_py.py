@@ -205,6 +205,33 @@ def test_dense_search_without_an_active_model_is_unknown_model(dsn: str) -> None
         assert gk.search("t0", "kiln")  # BM25 needs no model
 
 
+def test_the_default_mode_is_hybrid_once_a_model_is_active_else_bm25(dsn: str, fake: FakeEmbeddings) -> None:
+    """The default search (mode auto) is BM25 with no active model, and hybrid from the search
+    after a cutover: the same hits as mode='hybrid', each leg's rank filled; in the caller's
+    own transaction, which the check leaves usable."""
+    with Groundkit.connect(dsn) as gk:
+        _world(gk)
+        assert gk._scalar("select groundkit.auto_search_mode() as m", {}) == "bm25"
+        before = gk.search("t2", "glaze iron oxide", k=10)
+        assert before == gk.search("t2", "glaze iron oxide", k=10, mode="bm25")
+        assert all(h.bm25_rank is None and h.dense_rank is None for h in before)
+        add_fake_model(gk, "fake", fake)
+        assert gk.search("t2", "glaze iron oxide", k=10, mode="auto") == before  # added, not active
+        m = embedding.get_model(gk, "fake")
+        from groundkit.embedders import embedder_for
+
+        embedding.embed_pending(gk, m, embedder_for(m))
+        model_swap.cutover(gk, "fake")
+        with gk.conn.transaction():
+            after = gk.search("t2", "glaze iron oxide", k=10)
+            assert after == gk.search("t2", "glaze iron oxide", k=10, mode="hybrid")
+            assert any(h.bm25_rank is not None and h.dense_rank is not None for h in after)
+            gk.put_member("t3", "T3")  # the transaction is still usable
+        shown = _run("search", "glaze iron oxide", "--as", "t2", "--json", "--dsn", dsn)
+        assert shown.returncode == 0, shown.stderr
+        assert [json.loads(line)["object_id"] for line in shown.stdout.splitlines()] == [h.object_id for h in after]
+
+
 def test_query_embeddings_are_metered_to_the_clients_flow(dense: Groundkit, dsn: str, fake: FakeEmbeddings) -> None:
     """A client made with a flow meters each query embedding to it on its own connection; the
     embedder is made once per model for the client's life."""

@@ -549,6 +549,36 @@ def test_dense_rows_and_scores_do_not_depend_on_invisible_content(dense: Groundk
     assert view() == before
 
 
+@pytest.mark.parametrize(("distance", "expected"), [
+    ("cosine", [1.0, 0.5, 0.0]),                           # 1 - distance / 2: same, orthogonal, opposite
+    ("l2", [1.0, 1 / (1 + 2 ** 0.5), 1 / 3]),               # 1 / (1 + distance)
+    ("inner_product", [1 / (1 + 2.718281828459045 ** -1), 0.5, 1 / (1 + 2.718281828459045)]),  # sigmoid
+])
+def test_dense_scores_are_never_negative_and_follow_the_distance(community: Groundkit, distance: str,
+                                                                 expected: list[float]) -> None:
+    """Every distance's score fits SearchHit's score >= 0, nearest highest: an opposite vector (a
+    cosine of -1, an inner product of -1) scores 0 or just above, never below; and the rows make
+    SearchHits (a negative score failed their validation)."""
+    from groundkit.models import SearchHit
+
+    community.conn.execute("select groundkit.add_embedding_model('two', 'local', 2, %s, 'text', '{}')", (distance,))
+    community.conn.execute("select * from groundkit.cutover('two')")
+    vectors = {"same": [1.0, 0.0], "orthogonal": [0.0, 1.0], "opposite": [-1.0, 0.0]}
+    for name in vectors:
+        put(community, name, 1, "open", "T0", "", f"text {name}")
+    with community.conn.transaction():
+        claimed = community.conn.execute("select content_hash, text from groundkit.embed_claim('two', 10)").fetchall()
+        community.conn.execute("select groundkit.embed_store('two', %s::bytea[], %s::real[])",
+                               ([r["content_hash"] for r in claimed],
+                                [vectors[r["text"].split()[-1]] for r in claimed]))
+    for exact in (True, False):
+        rows = run(community, "select * from groundkit.search_dense('t0', '[1,0]'::vector, 10, null, null, %s)",
+                   (exact,))
+        assert [r["object_id"] for r in rows] == ["same", "orthogonal", "opposite"]
+        assert [r["score"] for r in rows] == pytest.approx(expected, abs=1e-6)
+        assert all(SearchHit.model_validate(r).score >= 0 for r in rows)
+
+
 def test_revision_0022_hashes_existing_chunks_as_writes_do(gk: Groundkit) -> None:
     """The revision's backfill and _materialize_many give every chunk the same two hashes
     (titles, heading paths and thread headers included)."""

@@ -76,15 +76,7 @@ def legs(dsn: str, collection: Collection) -> Legs:
         for n, q in enumerate(collection.queries, start=1):
             text = q.text[:4096]
             bm25[q.query_id] = _ranked(gk.search(READER, text, k=DEPTH, mode="bm25"))
-            # search_dense's SQL itself: a cosine score can be negative, which SearchHit refuses
-            vector = gk._query_embedding(text)
-            rows = gk.conn.execute(
-                "select object_id, score from groundkit.search_dense(%(r)s, %(v)s, %(k)s, exact => true)"
-                " order by score desc, object_id, chunk_seq", {"r": READER, "v": vector, "k": DEPTH}).fetchall()
-            best: dict[str, float] = {}
-            for row in rows:
-                best.setdefault(row["object_id"], float(row["score"]))
-            dense[q.query_id] = list(best.items())
+            dense[q.query_id] = _ranked(gk.search(READER, text, k=DEPTH, mode="dense", exact=True))
             rows = gk.conn.execute(
                 "select distinct c.object_id from groundkit.chunks c"
                 " where c.object_id = any(%(ids)s) and c.tsv @@ groundkit._query_tsquery(%(q)s)",

@@ -6,7 +6,7 @@ import contextlib
 import json
 import sys
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, cast
 
 import typer
 from rich.markup import escape
@@ -444,14 +444,15 @@ def search(
     space: Annotated[list[str] | None, typer.Option(help="Only these spaces.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="JSON lines instead of a table.")] = False,
     mode: Annotated[str, typer.Option(
-        help="bm25, dense (the active embedding model) or hybrid (both, fused).")] = DEFAULT_SEARCH_MODE,
+        help="auto (hybrid with an active embedding model, else bm25), bm25, dense (the active embedding model) "
+             "or hybrid (both, fused).")] = DEFAULT_SEARCH_MODE,
     exact: Annotated[bool, typer.Option("--exact", help="Dense: an exact scan, never the HNSW index.")] = False,
     dsn: DsnOption = None,
 ) -> None:
     """Search as a member: only what that member may see right now."""
     if mode not in SEARCH_MODES:
         raise InvalidArgument(f"--mode is one of {', '.join(SEARCH_MODES)} (got {mode!r})")
-    search_mode: SearchMode = "dense" if mode == "dense" else "hybrid" if mode == "hybrid" else "bm25"
+    search_mode = cast("SearchMode", mode)
     with Groundkit.connect(dsn) as gk:
         hits = gk.search(as_, query, k=k, content_types=content_type, space_ids=space, mode=search_mode,
                          exact=exact)

@@ -41,7 +41,7 @@ class GroundkitRetriever(BaseRetriever):
     k: int = Field(default=10, ge=1, le=MAX_K)
     content_types: tuple[str, ...] | None = None
     space_ids: tuple[str, ...] | None = None
-    mode: SearchMode | None = None  # bm25, dense or hybrid (None: groundkit.models.DEFAULT_SEARCH_MODE)
+    mode: SearchMode | None = None  # auto, bm25, dense or hybrid (None: groundkit.models.DEFAULT_SEARCH_MODE)
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any

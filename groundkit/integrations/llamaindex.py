@@ -48,7 +48,7 @@ class GroundkitRetriever(BaseRetriever):
         self._k = k
         self._content_types = None if content_types is None else list(content_types)
         self._space_ids = None if space_ids is None else list(space_ids)
-        self._mode = mode  # bm25, dense or hybrid (None: groundkit.models.DEFAULT_SEARCH_MODE)
+        self._mode = mode  # auto, bm25, dense or hybrid (None: groundkit.models.DEFAULT_SEARCH_MODE)
         super().__init__(**kwargs)
 
     @property

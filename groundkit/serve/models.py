@@ -24,14 +24,15 @@ class _Input(BaseModel):
 
 class SearchInput(_Input):
     """A search as the authenticated reader over what they may see right now: BM25, dense (the
-    active embedding model) or hybrid (both, fused)."""
+    active embedding model), hybrid (both, fused) or auto (hybrid when a model is active)."""
 
     query: str = Field(max_length=MAX_QUERY_CHARS, description="Plain text; no search syntax.")
     k: int = Field(default=10, ge=1, le=MAX_SURFACE_K, description="How many chunks.")
     content_types: tuple[ContentType, ...] | None = Field(default=None, max_length=6,
                                                           description="Only these content types.")
     space_ids: tuple[str, ...] | None = Field(default=None, max_length=100, description="Only these spaces.")
-    mode: SearchMode | None = Field(default=None, description="bm25, dense or hybrid; default: the server's.")
+    mode: SearchMode | None = Field(default=None, description="auto (hybrid when the server has an active embedding "
+                                    "model, else bm25), bm25, dense or hybrid; default: the server's.")
 
 
 class HomeInput(_Input):
