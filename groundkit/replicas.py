@@ -35,7 +35,7 @@ from pydantic import BaseModel, ConfigDict
 from groundkit import dsn as groundkit_dsn
 from groundkit.client import Groundkit
 from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError, NoFreshServer, from_psycopg
-from groundkit.models import Citation, HomeItem, HomeMode, SearchHit
+from groundkit.models import Citation, HomeItem, HomeMode, SearchHit, SearchMode
 from groundkit.pool_log import scrub_pool_log
 
 if TYPE_CHECKING:
@@ -181,10 +181,12 @@ class FencedPool:
 
     def search(self, reader_sub: str, query: str, k: int = 10, content_types: Sequence[str] | None = None,
                space_ids: Sequence[str] | None = None, snippet_start: str = "<mark>",
-               snippet_end: str = "</mark>") -> list[SearchHit]:
-        """:meth:`Groundkit.search`, behind the fence."""
+               snippet_end: str = "</mark>", *, mode: SearchMode | None = None, exact: bool = False,
+               **fusion: Any) -> list[SearchHit]:
+        """:meth:`Groundkit.search`, behind the fence; ``fusion``: hybrid's knobs (``fusion``,
+        ``rrf_k``, ``bm25_weight``, ``dense_weight``, ``depth``, ``match_gate``) as it takes them."""
         return self.read(lambda gk: gk.search(reader_sub, query, k, content_types, space_ids,
-                                              snippet_start, snippet_end))
+                                              snippet_start, snippet_end, mode=mode, exact=exact, **fusion))
 
     def fetch_citation(self, reader_sub: str, object_id: str, version: int, chunk_seq: int) -> Citation | None:
         """:meth:`Groundkit.fetch_citation`, behind the fence."""

@@ -276,3 +276,12 @@ def test_rerank_failures_are_gk017(server: tuple[str, Script]) -> None:
 
 def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
     return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+def test_a_provider_is_built_once_per_process_and_definition(server: tuple[str, Script]) -> None:
+    """The servers make a Groundkit per request: each must not build (for the local model, load)
+    the provider again. Another definition is another provider."""
+    url, _ = server
+    first, again = embedder_for(model("openai", url)), embedder_for(model("openai", url))
+    assert vars(first)["_provider"] is vars(again)["_provider"]
+    assert vars(embedder_for(model("openai", url, timeout=5)))["_provider"] is not vars(first)["_provider"]

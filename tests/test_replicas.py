@@ -16,6 +16,7 @@ import pytest
 import groundkit
 from groundkit import Groundkit, replica_pair, tokens
 from groundkit.errors import NoFreshServer
+from groundkit.models import SearchMode
 from groundkit.replicas import FencedPool, connect_pool, covers
 
 SECRET = "the members' price list for commissions"
@@ -102,6 +103,36 @@ def test_new_content_during_a_pause_is_served_within_max_lag(
     pair.wait_replayed()
     assert _ids(pool) == {"price", "news"}
     assert _route(pool, "replica") == replica_before + 1
+
+
+def test_dense_and_hybrid_searches_are_fenced_too(pair: replica_pair.ReplicaPair, primary: Groundkit,
+                                                 pool: FencedPool) -> None:
+    """Every search mode goes through the fence: dense and hybrid run on the standby while it is
+    fresh, and go to the primary after a downgrade it has not replayed."""
+    from groundkit import embedding, model_swap
+    from groundkit.embedders import embedder_for
+    from tests.dense_fakes import add_fake_model, fake_openai_server
+
+    with fake_openai_server() as fake:
+        add_fake_model(primary, "fake", fake)
+        model = embedding.get_model(primary, "fake")
+        embedding.embed_pending(primary, model, embedder_for(model))
+        model_swap.cutover(primary, "fake")
+        try:
+            pair.wait_replayed()
+            modes: tuple[SearchMode | None, ...] = ("dense", "hybrid", None)  # None: auto, now hybrid
+            for mode in modes:
+                assert "price" in {h.object_id for h in pool.search("ana", "price list commissions", mode=mode)}
+            assert _route(pool, "replica") == 3
+            pair.pause_replay()
+            primary.put_member("ana", "T0")
+            for mode in modes:
+                assert "price" not in {h.object_id for h in pool.search("ana", "price list commissions", mode=mode)}
+            assert _route(pool, "fence") == 3
+        finally:  # the module's other tests search in the default mode, with no model
+            pair.resume_replay()
+            primary.conn.execute("update groundkit.embedding_models set active = false")
+            pair.wait_replayed()
 
 
 def test_with_the_primary_down_and_the_standby_paused_searches_fail_closed(

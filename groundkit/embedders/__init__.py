@@ -19,6 +19,7 @@ by the local provider; the HTTP providers return what the server answers.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -81,14 +82,33 @@ def embedder_for(model: EmbeddingModel, *, meter_to: Target | None = None, flow:
 
     ``meter_to``: a :class:`~groundkit.Groundkit` (or any :class:`~groundkit.session.Session`)
     or a psycopg connection; each call is then recorded there for ``flow`` (required with it).
-    The provider is built now: a missing option or package raises
+    The provider is built now (once per process and model definition; later calls share it): a
+    missing option or package raises
     :class:`~groundkit.errors.EmbeddingProviderError` here, not at the first call."""
     if meter_to is not None and not flow:
         raise InvalidArgument("embedder_for: metering (meter_to) needs the flow the calls serve")
     return _Seam(model, _provider(model), meter_to, flow)
 
 
+# Providers by model definition (its JSON), one per process: building the local one loads the
+# ONNX session (hundreds of ms), and the servers make a Groundkit per request, so each would
+# otherwise load it again. A provider keeps no per-caller state (onnxruntime sessions and httpx
+# clients are thread-safe; credentials are read at call time), and a changed definition is
+# another key. Only built providers are kept: a failure is raised again on the next call.
+_PROVIDERS: dict[str, Provider] = {}
+_PROVIDERS_LOCK = threading.Lock()
+
+
 def _provider(model: EmbeddingModel) -> Provider:
+    key = model.model_dump_json()
+    with _PROVIDERS_LOCK:  # held while building, so that concurrent first calls load it once
+        provider = _PROVIDERS.get(key)
+        if provider is None:
+            provider = _PROVIDERS[key] = _build_provider(model)
+    return provider
+
+
+def _build_provider(model: EmbeddingModel) -> Provider:
     if model.provider == "local":
         from groundkit.embedders.local import LocalProvider
 
