@@ -101,6 +101,10 @@ _PROVIDERS_LOCK = threading.Lock()
 
 def _provider(model: EmbeddingModel) -> Provider:
     key = model.model_dump_json()
+    if model.provider == "local":  # the export it loads lives under the data dir, which may change
+        from groundkit.config import Settings
+
+        key += f"|{Settings.from_env().data_home()}"
     with _PROVIDERS_LOCK:  # held while building, so that concurrent first calls load it once
         provider = _PROVIDERS.get(key)
         if provider is None:
