@@ -19,6 +19,7 @@ by the local provider; the HTTP providers return what the server answers.
 from __future__ import annotations
 
 import math
+import os
 import threading
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -101,10 +102,10 @@ _PROVIDERS_LOCK = threading.Lock()
 
 def _provider(model: EmbeddingModel) -> Provider:
     key = model.model_dump_json()
-    if model.provider == "local":  # the export it loads lives under the data dir, which may change
-        from groundkit.config import Settings
-
-        key += f"|{Settings.from_env().data_home()}"
+    if model.provider == "local":
+        # the export it loads lives under the data dir, which GROUNDKIT_HOME alone moves (read
+        # directly: Settings.from_env() would read the price table and stat the dir per request)
+        key += f"|{os.environ.get('GROUNDKIT_HOME', '')}"
     with _PROVIDERS_LOCK:  # held while building, so that concurrent first calls load it once
         provider = _PROVIDERS.get(key)
         if provider is None:
