@@ -18,6 +18,7 @@ from groundkit.errors import (
     Unauthenticated,
     UnknownContentType,
     UnknownFlow,
+    UnknownLanguage,
     UnknownModel,
     UnknownObject,
     UnknownRun,
@@ -27,6 +28,7 @@ from groundkit.errors import (
 )
 from groundkit.migrate import MigrationState, migrate, migration_sql, migration_state
 from groundkit.models import (
+    AnalysisState,
     Citation,
     ContentObject,
     Due,
@@ -48,6 +50,7 @@ from groundkit.replicas import FencedPool, connect_pool
 __version__ = "0.1.0"
 
 __all__ = [
+    "AnalysisState",
     "AssembledContext",
     "Citation",
     "ConfigError",
@@ -80,6 +83,7 @@ __all__ = [
     "Unauthenticated",
     "UnknownContentType",
     "UnknownFlow",
+    "UnknownLanguage",
     "UnknownModel",
     "UnknownObject",
     "UnknownRun",

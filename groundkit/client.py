@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
+import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
@@ -98,6 +99,9 @@ class Groundkit(Admin):
     #: the sample id of the last :meth:`search` if the sampler recorded it, else ``None``
     #: (``groundkit.config.sample_rate``; docs/telemetry.md)
     last_sample_id: UUID | None = None
+    #: what the last :meth:`search` said about how it read its query (``SearchHit.query_notice``,
+    #: also when it found nothing), else ``None``
+    last_query_notice: str | None = None
 
     def __init__(self, conn: Connection, *, flow: str | None = None) -> None:
         super().__init__(conn)
@@ -129,6 +133,23 @@ class Groundkit(Admin):
             "select groundkit.put_member(member_sub => %(member_sub)s, tier => %(tier)s, status => %(status)s)",
             m.model_dump(),
         )
+
+    def set_space_language(self, space_id: str, language: str | None) -> int:
+        """Name the language a space's objects are analyzed in (``None`` or ``'english'``:
+        English, the default), and analyze again, in this call's transaction, every live object
+        of the space whose language changes with it (an object naming its own in
+        ``metadata.language`` keeps it). Returns how many objects were analyzed again.
+        :class:`~groundkit.errors.UnknownLanguage` (GK026) for a language groundkit has no
+        configuration for (:meth:`languages`); docs/bm25/analysis.md, "Languages"."""
+        if language is not None and not isinstance(language, str):
+            raise InvalidArgument("language must be a string or None")
+        _no_nul(space_id=space_id, language=language or "")
+        return int(self._scalar("select groundkit.set_space_language(space_id => %(space_id)s,"
+                                " language => %(language)s) as n", {"space_id": space_id, "language": language}))
+
+    def languages(self) -> tuple[str, ...]:
+        """The languages a space or an object may name: PostgreSQL's Snowball configurations."""
+        return tuple(r["language"] for r in self._fetch("select language from groundkit.languages()", {}))
 
     def put_space(self, space_id: str, min_tier: str = "T0", private: bool = False) -> None:
         s = _validated(Space, {"space_id": space_id, "min_tier": min_tier, "private": private})
@@ -333,26 +354,47 @@ class Groundkit(Admin):
             if mode == "bm25":
                 leg = _BM25
             else:
-                params["query_embedding"] = self._query_embedding(query)
+                params["query_embedding"] = self._query_embedding(self._embedding_text(query))
                 params["exact"] = exact
                 leg = _DENSE if mode == "dense" else _hybrid_call(knobs, params)
             # the sampler's draw and the reader's tier rank in the search's own statement and
             # snapshot (sql/077_samples.sql says why the search cannot record itself)
-            rows = self._fetch(
-                sql.SQL("select m.sample as _sample, m.tier_rank as _tier_rank, h.*"
-                        "  from groundkit.search_sampling(%(reader_sub)s) m"
-                        "  left join lateral {} h on true"
-                        " order by h.score desc, h.object_id, h.chunk_seq").format(leg),
-                params,
-            )
+            # (search says through a NOTICE that it kept a long query's most informative terms)
+            notices: list[str] = []
+
+            def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+                if (diag.message_primary or "").startswith(_QUERY_NOTICE):
+                    notices.append(diag.message_primary or "")
+
+            self.conn.add_notice_handler(on_notice)
+            try:
+                rows = self._fetch(
+                    sql.SQL("select m.sample as _sample, m.tier_rank as _tier_rank, h.*"
+                            "  from groundkit.search_sampling(%(reader_sub)s) m"
+                            "  left join lateral {} h on true"
+                            " order by h.score desc, h.object_id, h.chunk_seq").format(leg),
+                    params,
+                )
+            finally:
+                self.conn.remove_notice_handler(on_notice)
+            self.last_query_notice = notices[0] if notices else None
             sample, tier_rank = rows[0].pop("_sample"), rows[0].pop("_tier_rank")
             for row in rows[1:]:
                 del row["_sample"], row["_tier_rank"]
-            hits = [SearchHit.model_validate(r) for r in rows if r["object_id"] is not None]
+            hits = [SearchHit.model_validate({**r, "query_notice": self.last_query_notice})
+                    for r in rows if r["object_id"] is not None]
             telemetry.set_attributes(current, hits=len(hits), reader_tier_rank=tier_rank)
             self.last_sample_id = self._record_sample(query, mode, k, tier_rank, hits) if sample else None
         telemetry.add_hits(len(hits), mode=mode)
         return hits
+
+    def _embedding_text(self, query: str) -> str:
+        """The text a dense leg embeds of a query: its words and phrases, without quotes, ``OR``
+        and its exclusions (which the leg applies as a filter, not as meaning). A query without
+        any of those characters is its own (no round trip)."""
+        if '"' not in query and "-" not in query and "OR" not in query:
+            return query
+        return str(self._scalar("select groundkit.query_text(%(query)s) as t", {"query": query}))
 
     def _query_embedding(self, query: str) -> str:
         """The query embedded by the active model, as pgvector text. The model is read on every
@@ -548,7 +590,10 @@ _BM25 = sql.SQL("groundkit.search(reader_sub => %(reader_sub)s, query => %(query
 # (the embedding goes as text of unknown type: the function's signature makes it a vector, in
 # whichever schema pgvector lives)
 _DENSE = sql.SQL("groundkit.search_dense(reader_sub => %(reader_sub)s, query_embedding => %(query_embedding)s,"
-                 " k => %(k)s, " + _FILTERS + ", exact => %(exact)s)")
+                 " k => %(k)s, " + _FILTERS + ", exact => %(exact)s, query => %(query)s)")
+# the start of the NOTICE search raises when it kept a long query's most informative terms
+# (groundkit._search_terms, sql/060_search.sql)
+_QUERY_NOTICE = "groundkit: the query has "
 
 
 def _hybrid_call(knobs: Mapping[str, object], params: dict[str, Any]) -> sql.Composable:

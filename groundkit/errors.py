@@ -126,6 +126,13 @@ class EmbeddingProviderError(GroundkitError):
     falling back to another provider (GK017; raised by Python, not by SQL)."""
 
     sqlstate = "GK017"
+class UnknownLanguage(InvalidArgument):
+    """A language groundkit has no text search configuration for (GK026): languages are
+    PostgreSQL's Snowball configurations (``groundkit.languages()``)."""
+
+    sqlstate = "GK026"
+
+
 class NoFreshServer(DatabaseUnavailable):
     """A read routed by the permission fence found no server it may use: the primary is
     unreachable and no replica is provably fresh (GK018; docs/replicas.md). Fails closed: an
@@ -152,6 +159,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK016": CutoverRefused,
     "GK017": EmbeddingProviderError,
     "GK018": NoFreshServer,
+    "GK026": UnknownLanguage,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

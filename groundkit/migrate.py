@@ -47,6 +47,8 @@ class MigrationState(BaseModel):
     applied: tuple[str, ...]
     pending: tuple[str, ...]
     replaceable_sql: tuple[str, ...]
+    #: what the server warned of while migrating (an extension it lacks: pgvector, unaccent)
+    warnings: tuple[str, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -106,6 +108,8 @@ def _engine_connection(dsn: str) -> Iterator[sqlalchemy.Connection]:
 def migrate(dsn: str) -> MigrationState:
     """Bring the database at ``dsn`` to the latest schema. Idempotent and safe to run concurrently."""
     cfg = _alembic_config()
+    warnings: list[str] = []
+    cfg.attributes["warnings"] = warnings
     try:
         with _engine_connection(dsn) as conn:
             cfg.attributes["connection"] = conn
@@ -122,7 +126,7 @@ def migrate(dsn: str) -> MigrationState:
         else:
             message, sqlstate = scrub(dsn, str(exc)), None
     else:
-        return migration_state(dsn)
+        return migration_state(dsn).model_copy(update={"warnings": tuple(warnings)})
     # raised outside the handler: SQLAlchemy's error holds psycopg's, whose pgconn holds the password
     raise MigrationError(f"migration failed: {message}", sqlstate=sqlstate)
 

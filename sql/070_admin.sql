@@ -37,7 +37,9 @@ as $$
                                      coalesce(md5(c.search_prefix), '-'),
                                      -- the keys into groundkit.embeddings (revision 0022)
                                      coalesce(encode(c.embed_hash_text, 'hex'), '-'),
-                                     coalesce(encode(c.embed_hash_titled, 'hex'), '-'))
+                                     coalesce(encode(c.embed_hash_titled, 'hex'), '-'),
+                                     -- its language (revision 0025)
+                                     coalesce(c.language, '-'))
                       from groundkit.chunks c
                     union all
                     select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq,
@@ -88,7 +90,7 @@ begin
     -- hold them and wait for the statistics this truncates (a deadlock); it finishes first
     lock table groundkit.postings_sketch in share row exclusive mode;
     truncate groundkit.postings, groundkit.pending_postings, groundkit.chunks, groundkit.objects,
-             groundkit.term_stats, groundkit.scope_stats;
+             groundkit.term_stats, groundkit.scope_stats, groundkit.space_languages;
     -- The postings' indexes are dropped and built again after the load (one sort each instead of
     -- a btree insert per posting: 1.5x at 1M chunks, docs/bm25.md), from their own catalog
     -- definitions, in this transaction.
@@ -152,6 +154,9 @@ begin
        set avgdl_ref_min = null, reindex_term = null, reindex_chunk = null, reindex_done = false
      where i.avgdl_ref_min is not null;
     perform groundkit._analyze_term_bits((select c.sketch_min_postings from groundkit.config c), true);
+    -- Everything was analyzed as this groundkit and this server analyze now
+    -- (docs/bm25/analysis.md, "Versioned like a chunker").
+    perform groundkit._analysis_record();
     return n;
 end
 $$;

@@ -17,6 +17,10 @@ select pg_catalog.set_config('groundkit.migrate_search_path', pg_catalog.current
 select pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(groundkit._vector_schema()) || ', pg_catalog, pg_temp', true);
 
+-- (the signatures before the query's filter, revision 0025: docs/bm25/analysis.md)
+drop function if exists groundkit._search_dense_ids(text, vector, integer, text[], text[], boolean);
+drop function if exists groundkit.search_dense(text, vector, integer, text[], text[], boolean);
+
 -- How many chunks a reader's visible set may hold for the exact scan to answer without the
 -- index (docs/dense.md, "Exact or index": the cross-over measured by `python -m evals.bench dense`).
 -- A session may set groundkit.dense_exact_max (the benchmark does, to measure each scan at every
@@ -58,14 +62,17 @@ $$;
 -- Each is monotone in the distance, so the order is the distance's. Exact whenever the reader's visible set
 -- is small, the model has no valid HNSW index, or `exact` asks; otherwise an iterative HNSW
 -- scan (pgvector 0.8), finished by the exact scan when it yields fewer than k visible rows.
--- The permission predicate (_visible_space, _visible_object, as BM25's) is inside each query.
+-- The permission predicate (_visible_space, _visible_object, as BM25's) is inside each query, and
+-- so is the query's filter (p_filter: its phrases and exclusions, groundkit._query_filter; null:
+-- none), checked with it: k rows whenever k visible chunks match.
 create or replace function groundkit._search_dense_ids(
     reader_sub text,
     query_embedding vector,
     k integer,
     content_types text[],
     space_ids text[],
-    exact boolean)
+    exact boolean,
+    p_filter tsquery default null)
 returns table (chunk_id bigint, score double precision)
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -144,13 +151,13 @@ begin
                from (select c.chunk_id, c.object_id, c.chunk_seq, %s as d
                        from groundkit.embeddings e
                        join groundkit.chunks c on c.%I = e.content_hash
-                      cross join lateral groundkit._visible_chunk(c.chunk_id, $2, $3, $4, $5) v
+                      cross join lateral groundkit._visible_chunk(c.chunk_id, $2, $3, $4, $5, $7) v
                       where e.model = %L
                       order by %s
                       limit $6) z',
             score_expr, dist, col, m.name, dist)
            into ids, scores
-          using query_embedding, v_rank, v_member, content_types, space_ids, k;
+          using query_embedding, v_rank, v_member, content_types, space_ids, k, p_filter;
         if groundkit._debug_allowed() then
             raise debug 'groundkit dense: index scan, % of % rows', coalesce(cardinality(ids), 0), k;
         end if;
@@ -175,16 +182,19 @@ begin
                   cross join lateral groundkit._visible_object(o.object_id, $2, $3, $4, $5) v
                    join groundkit.chunks c on c.object_id = v.object_id and c.object_version = v.version
                    join groundkit.embeddings e on e.model = %L and e.content_hash = c.%I
-                  where $5 is null or sp.space_id = any ($5)
+                  where ($5 is null or sp.space_id = any ($5))
+                    and ($7 is null or c.tsv @@ $7)
                   order by 4, c.object_id, c.chunk_seq
                   limit $6) z
           order by z.d, z.object_id, z.chunk_seq',
         score_expr, dist, m.name, col)
-        using query_embedding, v_rank, v_member, content_types, space_ids, k;
+        using query_embedding, v_rank, v_member, content_types, space_ids, k, p_filter;
 end
 $$;
 
--- The public dense search: the dense leg's top k with search's columns (sql/069_search.sql).
+-- The public dense search: the dense leg's top k with search's columns (sql/069_search.sql). With
+-- the query's text (query), only chunks that match its phrases and exclusions
+-- (docs/bm25/analysis.md, "Query syntax"); its words do not rank here.
 -- The snippet is the chunk's first words, as search's for a chunk without a match: there are no
 -- query terms to mark, and the tsquery below holds one lexeme no text has (a control character,
 -- which the parser never keeps; an empty tsquery would raise a NOTICE per hit).
@@ -194,7 +204,8 @@ create or replace function groundkit.search_dense(
     k integer default 10,
     content_types text[] default null,
     space_ids text[] default null,
-    exact boolean default false)
+    exact boolean default false,
+    query text default null)
 returns table (
     object_id text,
     object_version bigint,
@@ -222,10 +233,16 @@ declare
     scores double precision[];
 begin
     perform groundkit._reader_allowed(search_dense.reader_sub);  -- GK010 for a bound login's other readers
+    if search_dense.query is not null then
+        perform groundkit._search_check(search_dense.query, search_dense.k, search_dense.content_types);
+    end if;
     select array_agg(r.chunk_id order by r.n), array_agg(r.score order by r.n) into ids, scores
       from groundkit._search_dense_ids(search_dense.reader_sub, search_dense.query_embedding, search_dense.k,
                                        search_dense.content_types, search_dense.space_ids,
-                                       search_dense.exact) with ordinality as r(chunk_id, score, n);
+                                       search_dense.exact,
+                                       groundkit._query_filter(search_dense.reader_sub, search_dense.query,
+                                                               search_dense.space_ids))
+           with ordinality as r(chunk_id, score, n);
     return query
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
@@ -244,7 +261,8 @@ $$;
 -- chunk is not in that leg's top depth). fusion 'rrf': sum over the legs of weight / (rrf_k +
 -- rank); 'score': sum of weight * the leg's score scaled to [0, 1] over its own top depth
 -- (min-max; a leg whose scores are all equal scales to 1). match_gate: a chunk only the dense
--- leg found must match a query term. Both legs apply the permission predicate inside.
+-- leg found must match a query term. Both legs apply the permission predicate inside, and the
+-- query's phrases and exclusions (docs/bm25/analysis.md) with it.
 -- The defaults (rrf, rrf_k 20, equal weights, depth 100, no gate) are the quality eval's choice
 -- on SciFact and NFCorpus (docs/journal/2026-12-04-fusion.md, python -m evals.bench fusion).
 create or replace function groundkit.search_hybrid(
@@ -322,7 +340,9 @@ begin
     ), v as (
         select r.chunk_id, r.score, r.n::integer as rank
           from groundkit._search_dense_ids(search_hybrid.reader_sub, search_hybrid.query_embedding, d,
-                                           search_hybrid.content_types, search_hybrid.space_ids, false)
+                                           search_hybrid.content_types, search_hybrid.space_ids, false,
+                                           groundkit._query_filter(search_hybrid.reader_sub, search_hybrid.query,
+                                                                   search_hybrid.space_ids))
                with ordinality as r(chunk_id, score, n)
     ), f as (
         select coalesce(b.chunk_id, v.chunk_id) as chunk_id, b.rank as br, v.rank as vr,
@@ -342,7 +362,10 @@ begin
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, f.fused, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
            t.thread_id, t.thread_title, c.chunker,
-           groundkit._snippet(c.content, q, search_hybrid.snippet_start, search_hybrid.snippet_end),
+           groundkit._snippet(c.content,
+                              case when c.language is null then q
+                                   else groundkit._query_tsquery(search_hybrid.query, c.language) end,
+                              search_hybrid.snippet_start, search_hybrid.snippet_end, c.language),
            f.br, f.vr
       from f
       join groundkit.chunks c on c.chunk_id = f.chunk_id

@@ -111,6 +111,7 @@ begin
         'groundkit.fetch_citation(text, text, bigint, integer)',
         'groundkit.put_member(text, text, text)',
         'groundkit.put_space(text, text, boolean)',
+        'groundkit.set_space_language(text, text)',
         'groundkit.grant_space(text, text)',
         'groundkit.revoke_space(text, text)',
         'groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb)',
@@ -143,6 +144,8 @@ begin
             groundkit.search(text, text, integer, text[], text[], text, text),
             groundkit.fetch_citation(text, text, bigint, integer)
         to groundkit_reader;
+        -- the text a dense leg embeds of a query (its words, without its syntax: sql/058_query.sql)
+        grant execute on function groundkit.query_text(text) to groundkit_reader;
         -- the MCP and HTTP servers map a bearer token to a member and report the revision (sql/080_serve.sql)
         grant execute on function groundkit.token_member(bytea), groundkit.schema_revision() to groundkit_reader;
         -- the sampler the client runs with every search, and engagement on what it recorded
@@ -157,6 +160,7 @@ begin
         grant execute on function
             groundkit.put_member(text, text, text),
             groundkit.put_space(text, text, boolean),
+            groundkit.set_space_language(text, text),
             groundkit.grant_space(text, text),
             groundkit.revoke_space(text, text),
             groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb),

@@ -23,17 +23,19 @@ QUERIES = [("q1", "dovetail drawer"), ("q2", "price a commission"), ("q3", "oil 
 QRELS = [("q1", "d1", 1), ("q2", "d3", 2), ("q3", "d2", 1)]
 
 
-def _write_beir(root: Path) -> Path:
+def _write_beir(root: Path, extra_queries: Sequence[tuple[str, str]] = (),
+                extra_qrels: Sequence[tuple[str, str, int]] = ()) -> Path:
     root.mkdir()
     (root / "qrels").mkdir()
     (root / "corpus.jsonl").write_text(
         "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\r\n" for i, t, x in DOCS), encoding="utf-8"
     )
     (root / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": q, "text": t}) + "\r\n" for q, t in QUERIES), encoding="utf-8"
+        "".join(json.dumps({"_id": q, "text": t}) + "\r\n" for q, t in [*QUERIES, *extra_queries]), encoding="utf-8"
     )
     (root / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\r\n" + "".join(f"{q}\t{d}\t{s}\r\n" for q, d, s in QRELS), encoding="utf-8"
+        "query-id\tcorpus-id\tscore\r\n" + "".join(f"{q}\t{d}\t{s}\r\n" for q, d, s in [*QRELS, *extra_qrels]),
+        encoding="utf-8"
     )
     return root
 
@@ -47,7 +49,26 @@ def test_groundkit_and_baselines_in_one_run(server_dsn: str, tmp_path: Path) -> 
     assert by_arm["bm25"].queries == 3
     for row in rows:
         assert set(row.as_json()) == {"dataset", "arm", "ndcg@10", "recall@10", "recall@100", "mrr@10", "queries",
-                                      "ms_per_query"}
+                                      "ms_per_query", "refused", "refusals"}
+        assert row.refused == 0
+
+
+def test_a_refused_query_is_counted_and_the_run_goes_on(server_dsn: str, tmp_path: Path) -> None:
+    """Issue 52: a query search refuses (here: over 32,768 characters, GK005) is counted with its
+    reason, as no results, and every other query is still run; a long query in terms is not
+    refused at all (its most informative terms are kept)."""
+    long_in_terms = "dovetail drawer " + " ".join(f"word{i}" for i in range(200))
+    dataset = _write_beir(tmp_path / "tiny", extra_queries=[("q4", "x" * 40_000), ("q5", long_in_terms)],
+                          extra_qrels=[("q4", "d4", 1), ("q5", "d1", 1)])
+    rows = run_quality(dataset, server_dsn, arms=("bm25",))
+    (row,) = rows
+    assert row.queries == 5 and row.refused == 1
+    assert list(row.refusals) == ["GK005: query is 40000 characters long; the limit is 32768"]
+    assert row.recall_10 == 0.8  # q1, q2, q3 and the long q5 found; the refused q4 counts as nothing
+    result = CliRunner().invoke(app, ["eval", "quality", "--dataset", str(dataset), "--arm", "bm25",
+                                      "--dsn", server_dsn])
+    assert result.exit_code == 0, result.output
+    assert "bm25: 1 of 5 queries refused" in result.output
 
 
 def test_cli_json_output(server_dsn: str, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -87,6 +88,10 @@ def quality(
         table.add_row(row.arm, f"{row.ndcg_10:.3f}", f"{row.recall_10:.3f}", f"{row.recall_100:.3f}",
                       f"{row.mrr_10:.3f}", f"{row.ms_per_query:.1f}")
     out.print(table)
+    for row in rows:
+        for reason, count in row.refusals.items():
+            err.print(f"[yellow]{row.arm}: {count} of {row.queries} queries refused[/] (each counted as no results): "
+                      f"{escape(reason)}", highlight=False)
 
 
 def _skipped(arm: str, why: str) -> None:

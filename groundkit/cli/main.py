@@ -41,6 +41,7 @@ from groundkit.maintenance import ANALYZE_GROWTH, REINDEX_DRIFT
 from groundkit.models import (
     DEFAULT_SEARCH_MODE,
     SEARCH_MODES,
+    AnalysisState,
     Due,
     IndexStatus,
     MaintenanceReport,
@@ -107,6 +108,8 @@ def migrate(
         out.print(f"replaceable SQL (re-applied by every migrate): {', '.join(state.replaceable_sql)}")
         return
     state = groundkit.migrate(target)
+    for warning in state.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     out.print(f"groundkit schema at revision {state.head}; replaceable SQL applied "
               f"({len(state.replaceable_sql)} files)")
 
@@ -268,6 +271,7 @@ def status(
         due = gk.due()
         workers = gk.workers()
         outdated = gk.outdated_chunks()
+        analysis = gk.analysis_status()
         dense = embedding.dense_available(gk)
         lags = embedding.lag(gk) if dense else []
         replication = replicas.replication_status(gk, tuple(replica or ()))
@@ -279,12 +283,14 @@ def status(
         body["due"] = [d.model_dump() for d in due]
         body["workers"] = [json.loads(w.model_dump_json()) for w in workers]
         body["outdated_chunks"] = [o.model_dump() for o in outdated]
+        body["analysis"] = [a.model_dump() for a in analysis]
         body["dense"] = {"available": dense, "lag": [json.loads(lag.model_dump_json()) for lag in lags],
                          "alerts": lag_alerts}
         body["replication"] = {**replication.model_dump(), "alerts": replica_alerts}
         sys.stdout.write(json.dumps(body) + "\n")
     else:
         _print_status(st, due, workers, outdated, dense, lags, lag_alerts)
+        _print_analysis(analysis)
         _print_replication(replication, replica_alerts)
     if check and (lag_alerts or replica_alerts):
         raise typer.Exit(1)
@@ -343,6 +349,27 @@ def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHe
         out.print(f"worker            {_worker_line(w)}", highlight=False)
     for d in due:
         out.print(f"due: {d.reason}: the worker's next pass, or groundkit worker --once", highlight=False)
+
+
+def _print_analysis(analysis: tuple[AnalysisState, ...]) -> None:
+    """One line per language the index holds: current, or why `groundkit rebuild` is needed
+    (docs/bm25/analysis.md, "Versioned like a chunker")."""
+    for a in analysis:
+        accents = ("accents folded" if a.folds_accents
+                   else "accents kept: this server has no unaccent" if a.folds_accents is not None
+                   else "no configuration on this server")
+        if a.current:
+            why = "current"
+        elif a.built_version is None:
+            why = "never recorded: groundkit rebuild analyzes the index again"
+        elif a.built_version != a.version:
+            why = (f"the index was analyzed by {a.built_version}, this groundkit analyzes with {a.version}: "
+                   "groundkit rebuild analyzes it again")
+        else:
+            why = (f"its configuration's output on the probe words changed since the index was built (on server "
+                   f"{a.built_server_version}; a PostgreSQL upgrade or a changed dictionary): groundkit rebuild "
+                   "analyzes it again")
+        out.print(f"analysis          {a.language} ({a.version}, {accents}): {why}", highlight=False)
 
 
 def _print_replication(rep: replicas.ReplicationStatus, alerts: list[str]) -> None:

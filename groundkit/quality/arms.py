@@ -25,7 +25,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Final
 
@@ -62,6 +62,8 @@ class ArmResult:
     run: dict[str, dict[str, float]]
     index_seconds: float
     query_seconds: float
+    #: the queries search refused, by query id, with the reason (each counts as no results)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 def _import(module: str, package: str, arm: str) -> ModuleType:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
 from groundkit.databases import fresh_database
-from groundkit.errors import EmbeddingProviderError, PgvectorMissing
+from groundkit.errors import DatabaseUnavailable, EmbeddingProviderError, GroundkitError, PgvectorMissing
 from groundkit.models import ContentObject, SearchMode
 from groundkit.quality.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
 from groundkit.quality.datasets import Collection, load_collection
@@ -82,6 +82,9 @@ class QualityRow(BaseModel):
     mrr_10: float = Field(alias="mrr@10")
     queries: int
     ms_per_query: float
+    #: queries search refused (each counts as no results), and how many for each reason
+    refused: int = 0
+    refusals: dict[str, int] = Field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
@@ -120,15 +123,24 @@ def load_into_groundkit(dsn: str, collection: Collection, progress: Progress | N
 
 def _query_arm(name: str, dsn: str, collection: Collection, k: int, progress: Progress | None,
                run_one: Callable[[Groundkit, str], dict[str, float]]) -> ArmResult:
+    """Every query through ``run_one``. A query search refuses (a GroundkitError that is not the
+    server going away) is counted with its reason, as no results, and the run goes on."""
     run: dict[str, dict[str, float]] = {}
+    refused: dict[str, str] = {}
     with Groundkit.connect(dsn) as gk:
         started = time.perf_counter()
         for n, query in enumerate(collection.queries, start=1):
-            run[query.query_id] = run_one(gk, query.text)
+            try:
+                run[query.query_id] = run_one(gk, query.text)
+            except DatabaseUnavailable:
+                raise
+            except GroundkitError as exc:
+                run[query.query_id] = {}
+                refused[query.query_id] = f"{exc.sqlstate or type(exc).__name__}: {exc}"
             if progress is not None and (n % 25 == 0 or n == len(collection.queries)):
                 progress(name, n, len(collection.queries))
         elapsed = time.perf_counter() - started
-    return ArmResult(name, run, 0.0, elapsed)
+    return ArmResult(name, run, 0.0, elapsed, refused)
 
 
 def search_arm(mode: SearchMode, dsn: str, collection: Collection, k: int = TOP_K,
@@ -137,7 +149,7 @@ def search_arm(mode: SearchMode, dsn: str, collection: Collection, k: int = TOP_
     a document scores its best chunk's score."""
 
     def one(gk: Groundkit, text: str) -> dict[str, float]:
-        hits = gk.search(READER, text[:4096], k=k, mode=mode)
+        hits = gk.search(READER, text, k=k, mode=mode)
         best: dict[str, float] = {}
         for hit in hits:
             best[hit.object_id] = max(best.get(hit.object_id, 0.0), hit.score)
@@ -150,7 +162,7 @@ def ts_rank_cd_arm(dsn: str, collection: Collection, k: int = TOP_K, progress: P
     """Postgres ts_rank_cd on the same tsvectors and predicate: the naive baseline."""
 
     def one(gk: Groundkit, text: str) -> dict[str, float]:
-        rows = gk.conn.execute(TS_RANK_CD_SQL, {"reader": READER, "query": text[:4096], "k": k}).fetchall()
+        rows = gk.conn.execute(TS_RANK_CD_SQL, {"reader": READER, "query": text, "k": k}).fetchall()
         best: dict[str, float] = {}
         for row in rows:
             best[row["object_id"]] = max(best.get(row["object_id"], 0.0), float(row["score"]))
@@ -219,7 +231,11 @@ def score(collection: Collection, result: ArmResult, arm: str | None = None) -> 
     """The metrics of one arm's run on ``collection`` (labelled ``arm``, else the run's own name)."""
     metrics = evaluate(collection.qrels, result.run)
     n = len(collection.queries)
+    reasons: dict[str, int] = {}
+    for reason in result.refused.values():
+        reasons[reason] = reasons.get(reason, 0) + 1
     return QualityRow.model_validate({
         "dataset": collection.name, "arm": arm or result.arm, **metrics, "queries": n,
         "ms_per_query": 1000.0 * result.query_seconds / n if n else 0.0,
+        "refused": len(result.refused), "refusals": reasons,
     })
