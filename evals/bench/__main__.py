@@ -8,6 +8,7 @@
     chunking      what each content type's chunker costs per object, against the text chunker
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
+    longquery     what a query of 8, 64, 300 and 5,000 distinct words costs search (the term bound)
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
@@ -41,6 +42,7 @@ from evals.bench import (
     http,
     ingest,
     ingest_dir,
+    longquery,
     profile,
     replicas,
     runs,
@@ -58,6 +60,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "ingest-dir": ingest_dir.main,
     "ab": ab.main,
     "profile": profile.main,
+    "longquery": longquery.main,
     "chunking": chunking.main,
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
