@@ -218,40 +218,55 @@ $$;
 -- and an English word of the same letters are different terms with their own statistics. No
 -- lexeme the analysis makes contains '|' (PostgreSQL's parser treats it as a separator, and it
 -- is not a code token's character) or white space, so every lexeme of the tsvector's text form
--- starts at a quote at its beginning or after a space.
+-- starts at a quote at its beginning or after a space. p_language is not null (English's lexemes
+-- carry no prefix). Each argument is named once, so that it is inlined.
 create or replace function groundkit._prefix_lexemes(v tsvector, p_language text)
 returns tsvector
 language sql immutable parallel safe
 as $$
-    select case when p_language is null then v
-                else pg_catalog.regexp_replace(v::text, '(^| )''', '\1''' || p_language || '|', 'g')::tsvector end
+    select pg_catalog.regexp_replace(v::text, '(^| )''', '\1''' || p_language || '|', 'g')::tsvector
+$$;
+
+-- A text with code tokens analyzed (groundkit._analyze's second branch): the parts where the
+-- tokens stood, and the whole tokens as extra lexemes, counted once per occurrence, after the
+-- text's positions (phrases use the parts). A function of its own: it holds sub-selects, which
+-- would keep _analyze from being inlined.
+create or replace function groundkit._analyze_code(p_language text, t text)
+returns tsvector
+language sql stable parallel safe
+as $$
+    select pg_catalog.to_tsvector(groundkit._language_config(p_language), coalesce(s.rewritten, ''))
+           || coalesce((select pg_catalog.string_agg(
+                                   '''' || pg_catalog.replace(pg_catalog.replace(w.lexeme, '\', '\\'), '''', '''''')
+                                   || ''':' || pg_catalog.array_to_string(
+                                       array(select pg_catalog.generate_series(1, w.n::integer)), ','),
+                                   ' ')::tsvector
+                          from (select u.lexeme, count(*) as n
+                                  from pg_catalog.unnest(s.wholes) as u(lexeme)
+                                 where u.lexeme <> ''
+                                 group by u.lexeme) w), ''::tsvector)
+      from groundkit._code_split(t) s
 $$;
 
 -- THE analysis (docs/bm25/analysis.md): text in a language (null: English) as a tsvector. Code
--- tokens as their parts, in place, and whole, as extra lexemes counted once per occurrence
--- (their positions come after the text's; phrases use the parts). Inlined where it is called (no
--- SET clause; every name is qualified): prose without a code signal costs one regular-expression
--- test more than to_tsvector.
+-- tokens as their parts, in place, and whole (groundkit._analyze_code). One expression with no
+-- sub-select and no SET clause, so that it is inlined where it is called (every name is
+-- qualified): prose without a code signal costs one regular-expression test more than
+-- to_tsvector. It names its arguments several times, so PostgreSQL inlines it only where they
+-- are cheap (a column, a parameter) and calls it otherwise: a call cost a query's terms 0.1 ms.
 create or replace function groundkit._analyze(p_language text, t text)
 returns tsvector
 language sql stable parallel safe
 as $$
-    select groundkit._prefix_lexemes(
-               case when not groundkit._has_code(t)
-                    then pg_catalog.to_tsvector(groundkit._language_config(p_language), t)
-                    else (select pg_catalog.to_tsvector(groundkit._language_config(p_language), coalesce(s.rewritten, ''))
-                                 || coalesce((select pg_catalog.string_agg(
-                                                         '''' || pg_catalog.replace(pg_catalog.replace(w.lexeme, '\', '\\'), '''', '''''')
-                                                         || ''':' || pg_catalog.array_to_string(
-                                                             array(select pg_catalog.generate_series(1, w.n::integer)), ','),
-                                                         ' ')::tsvector
-                                                from (select u.lexeme, count(*) as n
-                                                        from pg_catalog.unnest(s.wholes) as u(lexeme)
-                                                       where u.lexeme <> ''
-                                                       group by u.lexeme) w), ''::tsvector)
-                            from groundkit._code_split(t) s)
-               end,
-               p_language)
+    select case when p_language is null
+                then case when not groundkit._has_code(t)
+                          then pg_catalog.to_tsvector('groundkit.english'::pg_catalog.regconfig, t)
+                          else groundkit._analyze_code(null, t) end
+                else groundkit._prefix_lexemes(
+                         case when not groundkit._has_code(t)
+                              then pg_catalog.to_tsvector(groundkit._language_config(p_language), t)
+                              else groundkit._analyze_code(p_language, t) end,
+                         p_language) end
 $$;
 
 -- Words whose analysis stands for a configuration's (docs/bm25/analysis.md, "A PostgreSQL major

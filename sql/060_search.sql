@@ -106,11 +106,11 @@ end
 $$;
 
 -- The languages other than English that a space names or an object in a space names, anywhere
--- in the database (empty where none does: the common case, two index probes).
+-- in the database (empty where none does: the common case, two index probes). Inlined (no SET
+-- clause), as _reader_buckets.
 create or replace function groundkit._languages_in_use()
 returns text[]
 language sql stable
-set search_path = pg_catalog, pg_temp
 as $$
     select coalesce(array_agg(x.language order by x.language), '{}')
       from (select s.language from groundkit.spaces s where s.language is not null
@@ -141,11 +141,12 @@ $$;
 -- The lists a reader reads (docs/bm25/design.md, "Postings"): shared content of ranks up to the
 -- reader's; the private spaces granted to the reader whose policy lets the reader's tier in (a
 -- member moved to a lower tier keeps their grants, and the lists of a space they may no longer
--- see were read, and timed, as theirs); the reader's own notes.
+-- see were read, and timed, as theirs); the reader's own notes. Inlined where it is called (no
+-- SET clause: a call of its own cost the planner tens of µs); every name is qualified, its
+-- callers pin search_path, and PUBLIC may not execute it.
 create or replace function groundkit._reader_buckets(p_rank integer, p_member text)
 returns bigint[]
 language sql stable
-set search_path = pg_catalog, pg_temp
 as $$
     select array(
         select t.rank::bigint from groundkit.tiers t where t.rank <= p_rank
@@ -177,6 +178,9 @@ create or replace function groundkit._search_terms(
     out filter tsquery)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
+-- Generic plans: with custom ones (what auto kept choosing, the arrays' lengths unknown) every
+-- call planned its statements again, 0.2-0.4 ms a search.
+set plan_cache_mode = force_generic_plan
 as $$
 declare
     others text[] := groundkit._languages_in_use();
@@ -186,9 +190,37 @@ declare
 begin
     langs := case when cardinality(others) = 0 then array['english']
                   else groundkit._search_languages(p_rank, p_member, p_space_ids) end;
-    pq := groundkit._parse_query(p_query, langs);
-    filter := pq.filter;
+    if groundkit._query_has_syntax(p_query) then
+        pq := groundkit._parse_query(p_query, langs);
+        filter := pq.filter;
+    elsif cardinality(others) = 0 then
+        -- (a bag of words in English, the common case: analyzed here, inlined)
+        select coalesce(array_agg(u.lexeme order by u.lexeme), '{}') as terms,
+               coalesce(array_agg(coalesce(array_length(u.positions, 1), 1) order by u.lexeme), '{}') as qtfs
+          into pq
+          from unnest(groundkit._analyze(null, p_query)) u;
+    else
+        select coalesce(array_agg(x.term order by x.term), '{}') as terms,
+               coalesce(array_agg(x.qtf order by x.term), '{}') as qtfs
+          into pq
+          from groundkit._bag_terms(p_query, langs) x;
+    end if;
     if cardinality(pq.terms) = 0 then
+        return;
+    end if;
+    if cardinality(others) = 0 and cardinality(pq.terms) <= groundkit._max_terms() then
+        -- English alone, within the bound: each term's weight from its scoped document
+        -- frequency and N, as before there were languages (one statement of the planner's)
+        select array_agg(q.term order by q.term), array_agg(q.qtf * groundkit._idf(p_n, q.df) order by q.term),
+               array_agg(q.df order by q.term), coalesce(bool_or(q.pend), false)
+          into terms, ws, dfs, pend
+          from (select q.term, q.qtf,
+                       (coalesce((select sum(ts.df) from groundkit.term_stats ts
+                                   where ts.term = q.term and ts.scope <= p_rank), 0)
+                        + pd.df)::double precision as df,
+                       pd.present as pend
+                  from unnest(pq.terms, pq.qtfs) as q(term, qtf)
+                  join groundkit._pending_dfs(pq.terms, p_rank, p_buckets) pd on pd.term = q.term) q;
         return;
     end if;
     with qt as materialized (

@@ -27,8 +27,9 @@ as $$
                                       else substr(q.term, length(language) + 2) end,
                                  '\', '\\'), '''', '''''') || '''', ' | '
                              order by q.term), '')::tsquery
-      from groundkit._parse_query(query, array[coalesce(language, 'english')]) p
-     cross join lateral unnest(p.terms) as q(term)
+      -- (the query's words as a column: groundkit._analyze is inlined only with cheap arguments)
+      from (select groundkit._query_text(query) as t offset 0) x
+     cross join lateral unnest(groundkit._analyze(language, x.t)) as q(term)
 $$;
 
 -- Text made safe to put in HTML: & < > " ' as entities.

@@ -16,7 +16,8 @@ back to back, alternating which goes first, the fastest of --repeat runs each, a
 pass of --warm-up queries on each; per reader: p50 / p95 / mean of both, the ratio of the means
 and of the p95s (A over B), and how many queries returned different scores (the two must agree:
 search is exact). ``--writes N``: N rounds; in each, the same 600 new objects (or, with
-``--write-documents``, documents of 40-160 words) go through
+``--write-documents``, documents of 40-160 words; with ``--write-beir DIR``, the documents of a
+BEIR collection's corpus.jsonl, title and text, as real prose with its codes and accents) go through
 put_object one per transaction into each database in turn (alternating which goes first), then
 ``merge_pending()`` is timed on its own (the writers' inline merges are held off meanwhile).
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import time
 import uuid
@@ -38,7 +40,7 @@ from psycopg.conninfo import make_conninfo
 
 import groundkit
 from evals.bench.common import bench_queries, copy_of, kept_database_args, log, paired_table, scores_of
-from evals.bench.corpus import PUT_OBJECT_SQL, Corpus
+from evals.bench.corpus import PUT_OBJECT_SQL, Corpus, Obj
 from evals.bench.sqlsource import describe, replaceable_sql
 
 SEARCH_SQL = "select object_id, chunk_seq, score from groundkit.search(%s, %s, %s)"
@@ -56,13 +58,32 @@ def at_revision(server_dsn: str, kept: str, rev: str) -> Iterator[str]:
         yield dsn
 
 
-def paired_writes(conns: dict[str, psycopg.Connection[Any]], rounds: int, seed: int, documents: bool) -> None:
-    """``rounds`` rounds of 600 objects (or ``documents`` of 40-160 words) through put_object into
-    each database in turn, then a timed merge_pending(); the writers' inline merges are held off
-    meanwhile."""
+def beir_objects(directory: Path, n: int, space_id: str) -> list[Obj]:
+    """The first ``n`` documents of a BEIR collection as public ``document`` objects of ``space_id``."""
+    objs: list[Obj] = []
+    with (directory / "corpus.jsonl").open(encoding="utf-8") as f:
+        for line in f:
+            doc = json.loads(line)
+            objs.append(Obj(object_id=f"beir-{doc['_id']}", content_type="document", space_id=space_id, tier="T0",
+                            owner_sub=None, owner_only=False, title=doc.get("title") or "",
+                            paragraphs=[doc.get("text") or ""], topic=[]))
+            if len(objs) == n:
+                break
+    return objs
+
+
+def paired_writes(conns: dict[str, psycopg.Connection[Any]], rounds: int, seed: int, documents: bool,
+                  beir: Path | None = None) -> None:
+    """``rounds`` rounds of 600 objects (or ``documents`` of 40-160 words, or ``beir``'s documents)
+    through put_object into each database in turn, then a timed merge_pending(); the writers'
+    inline merges are held off meanwhile."""
     per_round = 600
     corpus = Corpus(seed=seed)
-    objs = list(corpus.documents(per_round * rounds) if documents else corpus.objects(8 * per_round * rounds))
+    if beir is not None:
+        space = next(sid for sid, tier, private in corpus.spaces() if tier == "T0" and not private)
+        objs = beir_objects(beir, per_round * rounds, space)
+    else:
+        objs = list(corpus.documents(per_round * rounds) if documents else corpus.objects(8 * per_round * rounds))
     merge_every: dict[str, int] = {}
     for name, conn in conns.items():
         merge_every[name] = int(conn.execute("select pending_merge_chunks from groundkit.config").fetchone()[0])  # type: ignore[index]
@@ -111,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--write-seed", type=int, default=777, help="the corpus seed of the objects written")
     ap.add_argument("--write-documents", action="store_true",
                     help="write documents of 40-160 words (`ingest --fresh`'s) instead of the benchmark's objects")
+    ap.add_argument("--write-beir", type=Path, metavar="DIR",
+                    help="write the documents of this BEIR collection (corpus.jsonl) instead")
     ap.add_argument("--per-query", type=Path, help="also write every query's latencies here (JSON lines)")
     args = ap.parse_args(argv)
     kept = f"gk_bench_{args.chunks}"
@@ -136,5 +159,5 @@ def main(argv: Sequence[str] | None = None) -> int:
             paired_table(sys.stdout, {n: scores_of(c, SEARCH_SQL, args.k) for n, c in conns.items()},
                          queries, args.repeat, per_query)
         if args.writes:
-            paired_writes(conns, args.writes, args.write_seed, args.write_documents)
+            paired_writes(conns, args.writes, args.write_seed, args.write_documents, args.write_beir)
     return 0
