@@ -142,17 +142,43 @@ returns text
 language sql immutable parallel safe
 as $$ select 'gk-analysis-2'::text $$;
 
+-- A code token's case changes as spaces (lower to upper; before the last capital of an acronym
+-- followed by a word: HTTPResponse), only when it has both cases.
+create or replace function groundkit._split_case(s text)
+returns text
+language sql immutable parallel safe
+as $$
+    select case when pg_catalog.lower(s) = s or pg_catalog.upper(s) = s then s
+                else pg_catalog.regexp_replace(pg_catalog.regexp_replace(s,
+                         '([[:lower:]])([[:upper:]])', '\1 \2', 'g'),
+                         '([[:upper:]])([[:upper:]][[:lower:]]{2})', '\1 \2', 'g') end
+$$;
+
+-- A code token's changes between letters and digits as spaces, only when it has a digit.
+create or replace function groundkit._split_digits(s text)
+returns text
+language sql immutable parallel safe
+as $$
+    select case when pg_catalog.translate(s, '0123456789', '') = s then s
+                else pg_catalog.regexp_replace(pg_catalog.regexp_replace(s,
+                         '([[:alpha:]])([[:digit:]])', '\1 \2', 'g'),
+                         '([[:digit:]])([[:alpha:]])', '\1 \2', 'g') end
+$$;
+
 -- A text's code tokens, split (docs/bm25/analysis.md, "The analysis"): the text with '<' and '>'
 -- read as spaces and each code token replaced by its parts between spaces (so the parser
 -- positions the parts where the token stood), and the tokens' whole lexemes (lower-cased,
 -- accents folded; one element per occurrence). A code token is a run of [alnum _ . / \ : ~ @ + #]
--- holding a signal: an underscore or '#' or '+' next to an alphanumeric, a dot, slash, backslash
--- or '::' between alphanumerics, a lower-to-upper case change after two lower-case letters and
--- before a letter (getUserName, JavaScript; not mRNA, iPhone, pH, clpC: one letter is a word's
--- prefix or suffix, not an identifier's word; splitting those cost SciFact 0.003 nDCG@10), a
--- letter next to a digit, a leading '.' before a letter. Left as they are: URLs and e-mail addresses (PostgreSQL's parser
--- has its own tokens for them), plain decimals, and runs that hold no signal once leading '/',
--- '~', '@', ':' and underscores, trailing punctuation and a single trailing '+' are trimmed.
+-- holding a signal: an underscore or '#' next to an alphanumeric, a '+' after one, a dot, slash,
+-- backslash or '::' between alphanumerics, a lower-to-upper case change after two lower-case
+-- letters and before a letter (getUserName, JavaScript; not mRNA, iPhone, pH, clpC: one letter is
+-- a word's prefix or suffix, not an identifier's word; splitting those cost SciFact 0.003
+-- nDCG@10), a letter next to a digit, a leading '.' before a letter (after leading '/', '~', '@',
+-- ':' and underscores: ~/.bashrc; not the dots of an ellipsis, wait...then). A run starts at a
+-- character of the set other than '+' and '#' (a '#' before an alphanumeric: #include), so a sign
+-- is not part of it (+0.5). Left as they are: URLs and e-mail addresses (PostgreSQL's parser has
+-- its own tokens for them), plain decimals, and runs that hold no signal once leading '/', '~',
+-- '@', ':' and underscores, trailing punctuation and a single trailing '+' are trimmed.
 -- Parts: split at every non-alphanumeric, at a lower-to-upper change (and before the last
 -- capital of an acronym followed by a word: HTTPResponse), between letters and digits; a 0x
 -- number's part is its digits.
@@ -169,23 +195,32 @@ as $$
            pg_catalog.array_agg(y.whole order by z.i) filter (where y.ok)
       from pg_catalog.unnest(pg_catalog.string_to_array(pg_catalog.regexp_replace(
                pg_catalog.translate(t, E'<>\x01\x02', '    '),
-               '(?<![[:alnum:]_./\\:~@])[[:alnum:]_./\\:~@]*(?:[_#+]|\.[[:alpha:]]|[[:lower:]]{2}[[:upper:]][[:alpha:]]|[[:alpha:]][[:digit:]]|[[:digit:]][[:alpha:]]|[[:alnum:]](?:[./\\]|::)[[:alnum:]])[[:alnum:]_./\\:+#@]*',
+               '(?<![[:alnum:]_./\\:~@])(?:[~/@:]*_*\.[[:alpha:]]|[[:alnum:]_./\\:~@]*(?:[[:alnum:]][_#+]|[_#][[:alnum:]]|[[:lower:]]{2}[[:upper:]][[:alpha:]]|[[:alpha:]][[:digit:]]|[[:digit:]][[:alpha:]]|[[:alnum:]](?:[./\\]|::)[[:alnum:]]))[[:alnum:]_./\\:+#@]*',
                E'\x01\\&\x02', 'g'), E'\x01')) with ordinality as z(piece, i)
      cross join lateral (
-           select x.tok, x.rest, v.s,
-                  z.i > 1 and pg_catalog.strpos(x.tok, '://') = 0 and pg_catalog.strpos(v.s, '@') = 0
-                  and v.s ~ '[[:alnum:]][_#+]|[_#][[:alnum:]]|^\.[[:alpha:]]|[[:lower:]]{2}[[:upper:]][[:alpha:]]|[[:alpha:]][[:digit:]]|[[:digit:]][[:alpha:]]|[[:alnum:]](?:[./\\]|::)[[:alnum:]]'
-                  and v.s !~ '^[[:digit:]]+\.[[:digit:]]+$' as ok,
-                  case when v.s ~ '^0[xX][[:xdigit:]]+$' then pg_catalog.substr(v.s, 3)
-                       else pg_catalog.regexp_replace(v.s,
-                                '([[:lower:]](?=[[:upper:]])|[[:upper:]](?=[[:upper:]][[:lower:]]{2})|[[:alpha:]](?=[[:digit:]])|[[:digit:]](?=[[:alpha:]]))|[^[:alnum:]]+',
-                                '\1 ', 'g') end as parts,
-                  groundkit._fold(pg_catalog.lower(v.s)) as whole
+           select x.tok, x.rest, o.ok,
+                  case when not o.ok then null
+                       when v.s ~ '^0[xX][[:xdigit:]]+$' then pg_catalog.substr(v.s, 3)
+                       -- (plain passes, each only where it can split: one pass with lookaheads
+                       -- cost four times as much)
+                       else groundkit._split_digits(groundkit._split_case(
+                                pg_catalog.regexp_replace(v.s, '[^[:alnum:]]+', ' ', 'g'))) end as parts,
+                  case when o.ok then groundkit._fold(pg_catalog.lower(v.s)) end as whole
              from (select pg_catalog.split_part(z.piece, E'\x02', 1) as tok,
                           pg_catalog.substr(z.piece, pg_catalog.strpos(z.piece, E'\x02') + 1) as rest) x
             cross join lateral (
                   select case when w.s like '%+' and w.s not like '%++' then pg_catalog.left(w.s, -1) else w.s end as s
-                    from (select pg_catalog.btrim(pg_catalog.rtrim(pg_catalog.ltrim(x.tok, '~/@:'), '.:/\~@'), '_') as s) w) v
+                    from (select pg_catalog.btrim(pg_catalog.rtrim(pg_catalog.ltrim(x.tok, '~/@:'), '.:/\~@'), '_') as s) w
+                  offset 0) v
+            -- (a marked token holds a signal, and the expression above finds the same signals as
+            -- this test, so an untrimmed token skips it; trimmed, it is tested again. offset 0:
+            -- each computed once, where the flattened query computed them for every reference)
+            cross join lateral (
+                  select z.i > 1 and pg_catalog.strpos(x.tok, '://') = 0 and pg_catalog.strpos(v.s, '@') = 0
+                         and (v.s = x.tok
+                              or v.s ~ '[[:alnum:]][_#+]|[_#][[:alnum:]]|^\.[[:alpha:]]|[[:lower:]]{2}[[:upper:]][[:alpha:]]|[[:alpha:]][[:digit:]]|[[:digit:]][[:alpha:]]|[[:alnum:]](?:[./\\]|::)[[:alnum:]]')
+                         and v.s !~ '^[[:digit:]]+\.[[:digit:]]+$' as ok
+                  offset 0) o
      ) y
 $$;
 

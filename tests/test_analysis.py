@@ -98,6 +98,15 @@ def test_angle_brackets_are_text_and_urls_stay_whole(raw: psycopg.Connection[Any
     assert "0.05" in _lexemes(raw, "significant at p<0.05")  # a plain decimal stays whole
 
 
+def test_an_ellipsis_and_a_sign_are_prose_not_code(raw: psycopg.Connection[Any]) -> None:
+    """Members write "so...then" and "+0.5": no whole lexeme is made of an ellipsis between words,
+    and a number's sign does not make it a code token (a plain decimal is the parser's)."""
+    lex = _lexemes(raw, "so... wait...then the dose rose by +0.5 mg, Hmm..okay")
+    assert not any(".." in x for x in lex), lex
+    assert {"wait", "dose", "+0.5", "hmm", "okay"} <= lex
+    assert {".bashrc", "bashrc"} <= _lexemes(raw, "see ~/.bashrc")  # a leading dot still is one
+
+
 def test_accents_are_folded_before_the_stemmer(gk: Groundkit) -> None:
     gk.put_member("ana", "T0")
     gk.put_space("board", "T0")
