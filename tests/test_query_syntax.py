@@ -266,6 +266,27 @@ def test_a_long_question_keeps_its_most_informative_terms_by_the_readers_statist
     assert _kept_terms(raw, "t3", question) != kept
 
 
+def _word3(i: int) -> str:
+    """One of 17,576 words of letters only, each its own stem: 'qaaax', 'qaabx', ..."""
+    return "q" + chr(97 + i // 676) + chr(97 + i // 26 % 26) + chr(97 + i % 26) + "x"
+
+
+def test_questions_of_300_and_5000_distinct_terms_are_answered(gk: Groundkit, raw: psycopg.Connection[Any]) -> None:
+    """A pasted paragraph and a pasted page (5,000 distinct words, 30,000 characters) are read:
+    the answer holds the post with the words the reader's statistics know, 64 terms are kept, and
+    the notice says how many the question had (their cost: `python -m evals.bench longquery`)."""
+    gk.put_member("t0", "T0")
+    gk.put_space("open", "T0")
+    gk.put_object("match", 1, "board_post", "open", "T0", "", "kiln glaze " + " ".join(_word3(i) for i in range(3)))
+    gk.put_object("other", 1, "board_post", "open", "T0", "", "wood stove")
+    for n in (300, 5000):
+        question = "kiln glaze " + " ".join(_word3(i) for i in range(n - 2))
+        assert [h.object_id for h in gk.search("t0", question)] == ["match"], n
+        assert gk.last_query_notice is not None and f"{n} distinct terms in english" in gk.last_query_notice
+        kept = _kept_terms(raw, "t0", question)
+        assert len(kept) == 64 and {"kiln", "glaze", "qaaax", "qaabx", "qaacx"} <= set(kept)
+
+
 def test_the_notice_in_sql(gk: Groundkit, raw: psycopg.Connection[Any]) -> None:
     gk.put_member("t0", "T0")
     gk.put_space("open", "T0")
