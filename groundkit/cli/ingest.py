@@ -204,9 +204,9 @@ def ingest(
     again only when its content changed. Exits 1 if a file failed, 130 if interrupted (run it
     again to finish).
 
-    Symlinks and hard links are never followed and nothing outside the base is read; oversize,
-    binary and unreadable files, names with control characters and JSON Lines found in a
-    directory walk are skipped with a reason."""
+    Nothing outside the base is read: symlinks are never followed and hard-linked files never
+    read. Oversize, binary and unreadable files, names with control characters and JSON Lines
+    found in a directory walk are skipped with a reason."""
     if owner_only and owner is None:
         raise typer.BadParameter("--owner-only needs --owner")
     options = core.IngestOptions(space_id=space, tier=tier, content_type=content_type, owner_sub=owner,
