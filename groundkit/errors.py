@@ -134,6 +134,13 @@ class NoFreshServer(DatabaseUnavailable):
     sqlstate = "GK018"
 
 
+class SampleRefused(InvalidArgument):
+    """``record_sample`` named a hit that is not a chunk of a current version the reader may see
+    now (GK027): a sample names only what the reader's search returned. Nothing is recorded."""
+
+    sqlstate = "GK027"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -152,6 +159,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK016": CutoverRefused,
     "GK017": EmbeddingProviderError,
     "GK018": NoFreshServer,
+    "GK027": SampleRefused,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

@@ -127,7 +127,7 @@ begin
         'groundkit.cost_summary(timestamptz, text)',
         'groundkit.add_flow(text)',
         'groundkit.search_sampling(text)',
-        'groundkit.record_sample(text, text, integer, integer, jsonb)',
+        'groundkit.record_sample(text, text, text, integer, jsonb)',
         'groundkit.record_sample_engagement(uuid, text, text, double precision)'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
@@ -148,7 +148,7 @@ begin
         -- the sampler the client runs with every search, and engagement on what it recorded
         grant execute on function
             groundkit.search_sampling(text),
-            groundkit.record_sample(text, text, integer, integer, jsonb),
+            groundkit.record_sample(text, text, text, integer, jsonb),
             groundkit.record_sample_engagement(uuid, text, text, double precision)
         to groundkit_reader;
     end if;

@@ -245,6 +245,7 @@ def _run(admin_dsn: str, dsn: str, tap: Tap) -> None:
                "want 42501")
         _locks_held_by_nobody(dsn, who, tap)
         _login_binding(dsn, who, tap)
+        _sampler_poisoning(dsn, who, tap)
         _tier_rank_token(dsn, tap)
         _runs_replay(dsn, who, tap)
         _app_authority(dsn, who, tap)
@@ -299,6 +300,25 @@ def _login_binding(dsn: str, who: Logins, tap: Tap) -> None:
     ok = (own, other, unbound) == ("ok", "GK010", "ok")
     tap.check(ok, "reader login bound to one member (login_members): searches as it, and as another reader_sub "
               "gets GK010", [f"as alice {own}, as bob {other}; want ok, GK010"], counts=Counts(privileges=int(not ok)))
+
+
+RECORD_SAMPLE = "select groundkit.record_sample(%s, 'kiln', 'bm25', 10, %s::jsonb)"
+
+
+def _sampler_poisoning(dsn: str, who: Logins, tap: Tap) -> None:
+    """A reader login records a sample naming a chunk its reader may not see (alice, T1: p2 is
+    T3), or with offsets of its own: refused, nothing recorded (the export would have written
+    p2's text; issue 50)."""
+    hidden = '[{"object_id": "p2", "object_version": 1, "chunk_seq": 0, "score": 1}]'
+    offsets = '[{"object_id": "p1", "object_version": 1, "chunk_seq": 0, "score": 1, "char_start": 0, "char_end": 99}]'
+    got = tuple(_attempt(who.reader, RECORD_SAMPLE, ("alice", hits)) for hits in (hidden, offsets))
+    with connect_dict(dsn) as conn:
+        row = conn.execute("select count(*) as n from groundkit.search_sample_hits").fetchone()
+    recorded = int(row["n"]) if row else -1
+    ok = got == ("GK027", "GK005") and recorded == 0
+    tap.check(ok, "reader login: record_sample naming a chunk its reader may not see is GK027, with offsets of its "
+              "own GK005; nothing is recorded", [f"got {got} and {recorded} hit(s) recorded; want GK027, GK005, 0"],
+              counts=Counts(privileges=int(not ok)))
 
 
 def _tier_rank_token(dsn: str, tap: Tap) -> None:
