@@ -127,8 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         out.write(f"\nput_space flipping a space's `private` and back, on {args.chunks:,} chunks; median ms of "
                   f"{2 * args.rounds} calls with their commits; rows one call read (objects, chunks) and wrote "
                   "(postings, chunks, term_stats)\n\n")
-        out.write("| space | chunks | postings | revision | ms | read objects / chunks | written postings / chunks / term_stats |\n"
-                  "|---|---:|---:|---|---:|---|---|\n")
+        out.write("| space | chunks | postings | revision | ms | read objects / chunks "
+                  "| written postings / chunks / term_stats |\n|---|---:|---:|---|---:|---|---|\n")
         for space in SPACES:
             n_chunks, n_postings = sizes[space]
             for rev in revs:
