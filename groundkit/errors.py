@@ -134,6 +134,14 @@ class NoFreshServer(DatabaseUnavailable):
     sqlstate = "GK018"
 
 
+class ScratchDatabaseInUse(GroundkitError):
+    """A command would replace a database of its own that another session is connected to (the
+    demo's, a benchmark's kept one): refused, never ending that session's work (GK028; raised by
+    Python, not by SQL)."""
+
+    sqlstate = "GK028"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -152,6 +160,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK016": CutoverRefused,
     "GK017": EmbeddingProviderError,
     "GK018": NoFreshServer,
+    "GK028": ScratchDatabaseInUse,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now
