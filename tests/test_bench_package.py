@@ -266,3 +266,17 @@ def test_shards_fuses_two_databases_and_global_statistics_match_one(
     rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
     assert {"one database", "two shards, per-shard statistics", "two shards, global statistics"} <= set(rows)
     assert rows["two shards, global statistics"][2] == rows["one database"][2]  # the same nDCG@10
+
+
+def test_policy_counts_what_put_space_reads_and_writes(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policy", "--dsn", server_dsn, "--chunks", "3000", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"\| (tiny|private-0|board-0) \| ([0-9,]+) \| ([0-9,]+) \| worktree \| [0-9,]+ "
+                      r"\| [0-9,]+ / [0-9,]+ \| ([0-9,]+) / ([0-9,]+) / [0-9,]+ \|", out)
+    assert [r[0] for r in rows] == ["tiny", "private-0", "board-0"], out
+    for _space, chunks, postings, wrote_postings, wrote_chunks in rows:
+        assert wrote_postings == postings and wrote_chunks == chunks  # each once
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        left = conn.execute("select count(*) from pg_database where datname like"
+                            " 'groundkit_scratch_bench_bh_policy_%'").fetchone()
+    assert left == (0,)
