@@ -139,6 +139,12 @@ class SampleRefused(InvalidArgument):
     now (GK027): a sample names only what the reader's search returned. Nothing is recorded."""
 
     sqlstate = "GK027"
+class ScratchDatabaseInUse(GroundkitError):
+    """A command would replace a database of its own that another session is connected to (the
+    demo's, a benchmark's kept one): refused, never ending that session's work (GK028; raised by
+    Python, not by SQL)."""
+
+    sqlstate = "GK028"
 
 
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
@@ -160,6 +166,7 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK017": EmbeddingProviderError,
     "GK018": NoFreshServer,
     "GK027": SampleRefused,
+    "GK028": ScratchDatabaseInUse,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

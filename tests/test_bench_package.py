@@ -55,7 +55,8 @@ def test_ab_of_two_revisions_agrees(server_dsn: str, kept: str, capsys: pytest.C
     assert _differing(out) == [0, 0, 0], out
     assert "merges" in out and "chunks/s" in out
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # the copies are gone
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_ab_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_ab_%'").fetchone()
     assert left == (0,)
 
 
@@ -114,7 +115,8 @@ def test_snippets_compares_search_with_and_without(server_dsn: str, capsys: pyte
     assert "| snippets p50 / p95 / mean ms | no snippets p50 / p95 / mean ms |" in out
     assert _differing(out) == [0, 0, 0], out
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_snip_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_snip_%'").fetchone()
     assert left == (0,)
 
 
@@ -147,7 +149,8 @@ def test_costs_runs_every_grouping_and_drops_its_database(server_dsn: str, capsy
     for by in ("flow", "model", "reader", "day"):
         assert re.search(rf"\| {by} \| 7d \| \d+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", out), out
     with psycopg.connect(server_dsn, autocommit=True) as conn:
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_costs_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_costs_%'").fetchone()
     assert left == (0,)
 
 
@@ -157,7 +160,8 @@ def test_runs_times_a_run_around_a_search(server_dsn: str, capsys: pytest.Captur
     assert "| reader | search p50 / mean | run p50 / mean | overhead p50 / mean |" in out, out
     assert len(re.findall(r"\| r(100|50|5) \| [0-9.]+ / [0-9.]+ \|", out)) == 3, out
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_runs_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_runs_%'").fetchone()
     assert left == (0,)
 
 
@@ -203,7 +207,8 @@ def test_dense_measures_recall_and_latency_by_visible_fraction(server_dsn: str,
         recalls = [float(x) for x in row.strip("| ").split(" | ")[-2:]]
         assert all(0.5 <= r <= 1.0 for r in recalls), row
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
-        assert conn.execute("select count(*) from pg_database where datname like 'gk_bh_dense_%'").fetchone() == (0,)
+        assert conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_dense_%'").fetchone() == (0,)
 
 
 def test_fusion_grid_on_a_tiny_collection(server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -261,3 +266,17 @@ def test_shards_fuses_two_databases_and_global_statistics_match_one(
     rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
     assert {"one database", "two shards, per-shard statistics", "two shards, global statistics"} <= set(rows)
     assert rows["two shards, global statistics"][2] == rows["one database"][2]  # the same nDCG@10
+
+
+def test_policy_counts_what_put_space_reads_and_writes(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policy", "--dsn", server_dsn, "--chunks", "3000", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"\| (tiny|private-0|board-0) \| ([0-9,]+) \| ([0-9,]+) \| worktree \| [0-9,]+ "
+                      r"\| [0-9,]+ / [0-9,]+ \| ([0-9,]+) / ([0-9,]+) / [0-9,]+ \|", out)
+    assert [r[0] for r in rows] == ["tiny", "private-0", "board-0"], out
+    for _space, chunks, postings, wrote_postings, wrote_chunks in rows:
+        assert wrote_postings == postings and wrote_chunks == chunks  # each once
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        left = conn.execute("select count(*) from pg_database where datname like"
+                            " 'groundkit_scratch_bench_bh_policy_%'").fetchone()
+    assert left == (0,)

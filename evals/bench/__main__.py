@@ -18,6 +18,7 @@
     embed         the local embedding model's docs/s and nDCG@10 on SciFact, per variant, and PyTorch's
     embed-job     groundkit embed's job (claim, embed, store, commit) against the provider alone
     dense         the dense leg: HNSW recall@10 against the exact scan and latency, at 100 %, 10 %, 1 % visible
+    policy        put_space flipping a space's policy at 100k chunks: time, rows read and written, two revisions
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
     shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
 
@@ -41,6 +42,7 @@ from evals.bench import (
     http,
     ingest,
     ingest_dir,
+    policy,
     profile,
     replicas,
     runs,
@@ -71,6 +73,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "embed": embed.main,
     "embed-job": embed_job.main,
     "dense": dense.main,
+    "policy": policy.main,
     "replicas": replicas.main,
     "shards": shards.main,
 }

@@ -1,7 +1,9 @@
 """``groundkit demo``: permission-correct retrieval on a small sample community.
 
 The demo writes into its own database, ``groundkit_demo``, created afresh on the target server
-(the embedded one by default), so it never touches your data and can be run again and again.
+(the embedded one by default), so it never touches your data and can be run again and again. It
+stays for you to explore; while a session is connected to it, the next demo refuses (GK028)
+rather than end that session.
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ def quality(
                 tasks[stage] = bar.add_task(stage, total=total)
             bar.update(tasks[stage], completed=done)
 
-        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped)
+        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, notify=_notice)
     if as_json:
         for row in rows:
             sys.stdout.write(json.dumps(row.as_json()) + "\n")
@@ -91,6 +91,10 @@ def quality(
 
 def _skipped(arm: str, why: str) -> None:
     err.print(f"[yellow]skipped arm {arm}:[/] {why}")
+
+
+def _notice(message: str) -> None:
+    err.print(message, markup=False, highlight=False)
 
 
 def _reference(dataset: Path, tolerance: float, as_json: bool) -> None:

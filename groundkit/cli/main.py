@@ -237,8 +237,8 @@ def status(
                           "position against the primary's.")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="Exit 1 when any alert below is breached (for monitoring): the active embedding model's "
-                        "lag, a replica unreachable or lagging, or the fence sending too many reads to the "
-                        "primary.")] = False,
+                        "lag, a replica unreachable or lagging, the fence sending too many reads to the "
+                        "primary, or a table behind groundkit.reader_authority without the fence's trigger.")] = False,
     embed_lag_alert_s: Annotated[float | None, typer.Option(
         help="Alert when the active model's oldest unembedded chunk is older than this (seconds; 0 never). "
              "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_S, else 600.")] = None,
@@ -346,7 +346,10 @@ def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHe
 
 
 def _print_replication(rep: replicas.ReplicationStatus, alerts: list[str]) -> None:
-    if not (rep.standbys or rep.replicas or rep.routes):
+    for function in rep.authority_functions:
+        out.print(f"note: groundkit.reader_authority calls {function}: status cannot see which tables a function "
+                  "reads; any it reads need the fence's trigger too (docs/replicas.md)", highlight=False)
+    if not (rep.standbys or rep.replicas or rep.routes or rep.fence_gaps):
         return
     out.print(f"authority         position {rep.authority_position:,} (permission changes committed)", highlight=False)
     for s in rep.standbys:
