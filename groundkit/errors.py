@@ -139,6 +139,8 @@ class SampleRefused(InvalidArgument):
     now (GK027): a sample names only what the reader's search returned. Nothing is recorded."""
 
     sqlstate = "GK027"
+
+
 class ScratchDatabaseInUse(GroundkitError):
     """A command would replace a database of its own that another session is connected to (the
     demo's, a benchmark's kept one): refused, never ending that session's work (GK028; raised by
