@@ -292,7 +292,8 @@ def test_mcp_tool_call_under_a_held_lock_is_a_gk019_tool_error(dsn: str, world: 
             holder = psycopg.connect(dsn)  # (a moment of blocking the loop: the server runs in its own thread)
             try:
                 holder.execute("lock table groundkit.chunks in access exclusive mode")
-                error = _error(await client.call_tool("search", {"query": "pricing commissions"}))
+                with anyio.fail_after(60):  # without the timeout, the call waits for the lock
+                    error = _error(await client.call_tool("search", {"query": "pricing commissions"}))
             finally:
                 holder.close()
             assert error["code"] == "GK019" and "lock timeout" in error["message"]
