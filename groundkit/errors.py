@@ -149,6 +149,15 @@ class ScratchDatabaseInUse(GroundkitError):
     sqlstate = "GK028"
 
 
+class DatabaseBusy(GroundkitError):
+    """The database did not answer in time, or is busy (GK019): a statement or lock timeout ended
+    the statement (the server's 57014 or 55P03, kept as ``sqlstate``), or a server found no
+    pooled connection free in time. Nothing was changed; try again. Raised by Python, not by
+    SQL; the MCP and HTTP servers answer it with 503 and code GK019."""
+
+    sqlstate = "GK019"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -169,6 +178,9 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK018": NoFreshServer,
     "GK027": SampleRefused,
     "GK028": ScratchDatabaseInUse,
+    "GK019": DatabaseBusy,
+    "57014": DatabaseBusy,  # query_canceled: statement_timeout (or a cancel request)
+    "55P03": DatabaseBusy,  # lock_not_available: lock_timeout, NOWAIT, or a groundkit function's refusal
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

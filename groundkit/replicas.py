@@ -97,8 +97,11 @@ class FencedPool:
 
     def __init__(self, primary: str, replicas: Sequence[str] = (), *, max_lag: float = DEFAULT_MAX_LAG,
                  pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT, open_wait: bool = True,
-                 primary_pool: ConnectionPool[_PgConn] | None = None) -> None:
-        """``primary_pool``: a pool to the primary to use instead of opening one (the servers' own)."""
+                 primary_pool: ConnectionPool[_PgConn] | None = None,
+                 configure: Callable[[_PgConn], None] | None = None) -> None:
+        """``primary_pool``: a pool to the primary to use instead of opening one (the servers' own);
+        ``configure``: called on each new connection of the pools opened here (the servers set
+        their statement and lock timeouts with it)."""
         if isinstance(replicas, str):
             raise ConfigError("replicas must be a list of DSNs, not one string")
         if not (isinstance(max_lag, int | float) and 0 < max_lag <= 86_400):
@@ -109,8 +112,8 @@ class FencedPool:
         self._replica_wait = min(pool_timeout, REPLICA_WAIT)
         scrub_pool_log(primary, *replicas)
         self.labels = tuple(label(d) for d in replicas)
-        self._primary = primary_pool or _pool(primary, pool_size, pool_timeout, "groundkit-primary")
-        self._replicas = tuple(_pool(d, pool_size, pool_timeout, f"groundkit-replica-{i}")
+        self._primary = primary_pool or _pool(primary, pool_size, pool_timeout, "groundkit-primary", configure)
+        self._replicas = tuple(_pool(d, pool_size, pool_timeout, f"groundkit-replica-{i}", configure)
                                for i, d in enumerate(replicas))
         self._lock = threading.Lock()
         self._next = 0
@@ -302,11 +305,12 @@ class FencedPool:
             raise from_psycopg(exc) from None
 
 
-def _pool(dsn: str, size: int, timeout: float, name: str) -> ConnectionPool[_PgConn]:
+def _pool(dsn: str, size: int, timeout: float, name: str,
+          configure: Callable[[_PgConn], None] | None = None) -> ConnectionPool[_PgConn]:
     from psycopg_pool import ConnectionPool
 
     return ConnectionPool(dsn, min_size=1, max_size=size, timeout=timeout, open=False, name=name,
-                          kwargs={"autocommit": True, "row_factory": dict_row},
+                          kwargs={"autocommit": True, "row_factory": dict_row}, configure=configure,
                           connection_class=psycopg.Connection[dict[str, Any]])
 
 

@@ -280,3 +280,19 @@ def test_policy_counts_what_put_space_reads_and_writes(server_dsn: str, capsys: 
         left = conn.execute("select count(*) from pg_database where datname like"
                             " 'groundkit_scratch_bench_bh_policy_%'").fetchone()
     assert left == (0,)
+
+
+def test_serve_guards_measures_the_timeouts_and_the_cap(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve-guards", "--dsn", server_dsn, "--objects", "5", "--pool-size", "2", "--clients", "4",
+                 "--pool-timeout", "0.5", "--lock-timeout", "0.5", "--hold", "20", "--header-timeout", "1",
+                 "--body-timeout", "1", "--tricklers", "3", "--body-tricklers", "2", "--extra", "2",
+                 "--max-connections", "5", "--gap", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\| search, ACCESS EXCLUSIVE held on chunks \| .* \| 503 GK019 \(lock timeout\) \| \d+ \|", out)
+    assert re.search(r"\| headers, 1 byte per 0.1 s \| header_timeout 1 s \| answered 408, closed \| 3 \|", out), out
+    assert re.search(r"\| body, 1 byte per 0.1 s \| body_timeout 1 s \| closed \| 2 \|", out), out
+    assert re.search(r"\| connections while those are open \| max_connections 5 \| answered 503, closed \| 2 \|", out)
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute("select count(*) from pg_database where datname like"
+                            " 'groundkit_scratch_bench_bh_guards_%'").fetchone()
+    assert left == (0,)

@@ -11,6 +11,7 @@
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
+    serve-guards  the servers' timeouts: a search under a held lock, clients that trickle, connections over the cap
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
@@ -47,6 +48,7 @@ from evals.bench import (
     replicas,
     runs,
     search,
+    serve_guards,
     shards,
     sidechannel,
     snippets,
@@ -66,6 +68,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "snippets": snippets.main,
     "home": home.main,
     "http": http.main,
+    "serve-guards": serve_guards.main,
     "costs": costs.main,
     "runs": runs.main,
     "telemetry": telemetry.main,

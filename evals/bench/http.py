@@ -94,11 +94,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(dsn: str, port: int, pool_size: int) -> subprocess.Popen[bytes]:
+def start_server(dsn: str, port: int, pool_size: int, options: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """``groundkit serve http`` as its own process on loopback (``options``: more of its options),
+    once /healthz answers."""
     import httpx
 
     cmd = [sys.executable, "-c", "from groundkit.cli import app; app(prog_name='groundkit')",
-           "serve", "http", "--port", str(port), "--pool-size", str(pool_size), "--dsn", dsn]
+           "serve", "http", "--port", str(port), "--pool-size", str(pool_size), *options, "--dsn", dsn]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

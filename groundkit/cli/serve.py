@@ -11,7 +11,8 @@ from groundkit.cli._common import DsnOption, err, handle_errors
 from groundkit.client import resolve_dsn
 from groundkit.errors import ConfigError, InvalidArgument
 from groundkit.replicas import DEFAULT_MAX_LAG
-from groundkit.serve.service import POOL_SIZE, POOL_TIMEOUT, ReadService
+from groundkit.serve.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, ServerLimits
+from groundkit.serve.service import LOCK_TIMEOUT, POOL_SIZE, POOL_TIMEOUT, STATEMENT_TIMEOUT, ReadService
 
 app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as authenticated members.",
                   no_args_is_help=True, rich_markup_mode="markdown")
@@ -19,12 +20,26 @@ app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as auth
 HostOption = Annotated[str, typer.Option(help="Interface to listen on.")]
 PoolSizeOption = Annotated[int, typer.Option(min=1, max=1000, help="Most database connections at once.")]
 PoolTimeoutOption = Annotated[float, typer.Option(
-    min=0.01, help="Seconds a request waits for a free connection before it gets a 503.")]
+    min=0.01, help="Seconds a request waits for a free connection before it gets a 503 (GK019).")]
 ReplicaOption = Annotated[list[str] | None, typer.Option(
     "--replica", help="A streaming replica's DSN (repeat for more): reads go to one that has replayed every "
                       "permission change and lags by at most --max-lag, else to the primary (docs/replicas.md).")]
 MaxLagOption = Annotated[float, typer.Option(
     min=0.01, max=86_400, help="Seconds new content may lag on a replica (revocations never may).")]
+StatementTimeoutOption = Annotated[float, typer.Option(
+    min=0, max=86_400, help="Seconds a database statement may run before the request gets a 503 (GK019); 0: no "
+                            "limit.")]
+LockTimeoutOption = Annotated[float, typer.Option(
+    min=0, max=86_400, help="Seconds a statement may wait for a lock (a rebuild holds chunks) before the request "
+                            "gets a 503 (GK019); 0: no limit.")]
+HeaderTimeoutOption = Annotated[float, typer.Option(
+    min=0.01, max=3600, help="Seconds for a request's headers to arrive whole (from the connection opening or the "
+                             "previous response); else 408 and the connection is closed.")]
+BodyTimeoutOption = Annotated[float, typer.Option(
+    min=0.01, max=3600, help="Seconds for a request's body to arrive whole, after its headers; else the connection "
+                             "is closed.")]
+MaxConnectionsOption = Annotated[int, typer.Option(
+    min=1, max=1_000_000, help="Connections open at once; one more is answered 503 (GK019) and closed.")]
 
 
 class Transport(StrEnum):
@@ -50,6 +65,11 @@ def mcp(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port (http).")] = 8001,
     pool_size: PoolSizeOption = POOL_SIZE,
     pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    statement_timeout: StatementTimeoutOption = STATEMENT_TIMEOUT,
+    lock_timeout: LockTimeoutOption = LOCK_TIMEOUT,
+    header_timeout: HeaderTimeoutOption = HEADER_TIMEOUT,
+    body_timeout: BodyTimeoutOption = BODY_TIMEOUT,
+    max_connections: MaxConnectionsOption = MAX_CONNECTIONS,
     replica: ReplicaOption = None,
     max_lag: MaxLagOption = DEFAULT_MAX_LAG,
     dsn: DsnOption = None,
@@ -63,14 +83,16 @@ def mcp(
         raise InvalidArgument("--reader is required over stdio: the member every call reads as")
     if transport is Transport.http and reader:
         raise InvalidArgument("--reader is for stdio; over http each request's bearer token names the member")
+    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
     service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+                          statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                           replicas=tuple(replica or ()), max_lag=max_lag)
     if transport is Transport.stdio:
         assert reader is not None
         mcp_server.run_stdio(service, reader)
     else:
         err.print(f"MCP over streamable HTTP at http://{host}:{port}/mcp", highlight=False)
-        mcp_server.run_http(service, host, port)
+        mcp_server.run_http(service, host, port, limits)
 
 
 @app.command()
@@ -83,6 +105,11 @@ def http(
              "that authenticates every request and sets the header itself.")] = None,
     pool_size: PoolSizeOption = POOL_SIZE,
     pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    statement_timeout: StatementTimeoutOption = STATEMENT_TIMEOUT,
+    lock_timeout: LockTimeoutOption = LOCK_TIMEOUT,
+    header_timeout: HeaderTimeoutOption = HEADER_TIMEOUT,
+    body_timeout: BodyTimeoutOption = BODY_TIMEOUT,
+    max_connections: MaxConnectionsOption = MAX_CONNECTIONS,
     replica: ReplicaOption = None,
     max_lag: MaxLagOption = DEFAULT_MAX_LAG,
     dsn: DsnOption = None,
@@ -90,10 +117,11 @@ def http(
     """Serve the HTTP retrieval API (POST /v1/search, GET /v1/home, GET /healthz, GET /openapi.json),
     reading as the member of each request's bearer token."""
     _extra("uvicorn", "http")
-    import uvicorn
-
     from groundkit.serve.http import create_app
+    from groundkit.serve.transport import serve
 
+    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
     service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+                          statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                           replicas=tuple(replica or ()), max_lag=max_lag)
-    uvicorn.run(create_app(service, trust_header=trust_header), host=host, port=port, log_level="warning")
+    serve(create_app(service, trust_header=trust_header), host, port, limits)
