@@ -223,7 +223,8 @@ end
 $$;
 
 -- The mode a search without one takes (search's mode 'auto', groundkit.models.DEFAULT_SEARCH_MODE):
--- 'hybrid' when this database has pgvector and an active model, else 'bm25'. Never an error, so
+-- 'hybrid' when this database has pgvector and an active model whose provider the outbound
+-- policy lets queries go to, else 'bm25'. Never an error, so
 -- that a default search works, in the caller's transaction, on a server without pgvector.
 create or replace function groundkit.auto_search_mode()
 returns text
@@ -231,14 +232,19 @@ language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
     select case when groundkit._vector_schema() is not null
-                 and exists (select 1 from groundkit.embedding_models m where m.active)
+                 and exists (select 1 from groundkit.embedding_models m
+                              where m.active
+                                -- the outbound policy lets a query go to its provider (sql/083_outbound.sql)
+                                and groundkit._outbound_queries_allowed(m.provider, m.options ->> 'url'))
            then 'hybrid' else 'bm25' end
 $$;
 
 -- The lag: how many current chunks lack an embedding for the model (default: the active one),
--- exactly, and when the oldest of them was written (its object's current log event).
+-- exactly, and when the oldest of them was written (its object's current log event). Chunks
+-- whose text the outbound policy keeps from the model's provider (sql/083_outbound.sql) are not
+-- lagging, they are withheld: counted apart, and never claimed (they stay BM25-only).
 create or replace function groundkit.embedding_lag(model text default null)
-returns table (name text, chunks bigint, missing bigint, oldest timestamptz, age interval)
+returns table (name text, chunks bigint, missing bigint, oldest timestamptz, age interval, withheld bigint)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -246,28 +252,41 @@ as $$
 declare
     m groundkit.embedding_models;
     col text;
+    r record;
     n_missing bigint;
+    n_withheld bigint := 0;
     v_oldest timestamptz;
 begin
     perform groundkit._require_pgvector();
     m := groundkit._dense_model(embedding_lag.model);
     col := groundkit._recipe_column(m.recipe);
-    -- over the hash index (an index-only scan), a probe of the embeddings' key per chunk
-    execute format('select count(*) from groundkit.chunks c
-                     where not exists (select 1 from groundkit.embeddings e
-                                        where e.model = $1 and e.content_hash = c.%I)', col)
-       into n_missing using m.name;
+    select * into r from groundkit._outbound_rule(groundkit.outbound_class(m.provider, m.options ->> 'url'));
+    if r.unrestricted then
+        -- over the hash index (an index-only scan), a probe of the embeddings' key per chunk
+        execute format('select count(*) from groundkit.chunks c
+                         where not exists (select 1 from groundkit.embeddings e
+                                            where e.model = $1 and e.content_hash = c.%I)', col)
+           into n_missing using m.name;
+    else
+        execute format('select count(*) filter (where x.refusal is null), count(*) filter (where x.refusal is not null)
+                          from (select groundkit._outbound_hash_refusal($2, $3, $4, $5, c.%1$I) as refusal
+                                  from groundkit.chunks c
+                                 where not exists (select 1 from groundkit.embeddings e
+                                                    where e.model = $1 and e.content_hash = c.%1$I)) x', col)
+           into n_missing, n_withheld using m.name, r.class, r.allow, r.max_rank, m.recipe;
+    end if;
     if n_missing > 0 then
         execute format('select min(l.logged_at)
                           from groundkit.chunks c
                           join groundkit.objects o on o.object_id = c.object_id
                           join groundkit.content_log l on l.seq = o.log_seq
                          where not exists (select 1 from groundkit.embeddings e
-                                            where e.model = $1 and e.content_hash = c.%I)', col)
-           into v_oldest using m.name;
+                                            where e.model = $1 and e.content_hash = c.%1$I)
+                           and ($2 or groundkit._outbound_hash_refusal($3, $4, $5, $6, c.%1$I) is null)', col)
+           into v_oldest using m.name, r.unrestricted, r.class, r.allow, r.max_rank, m.recipe;
     end if;
     return query
-    select m.name, (select count(*) from groundkit.chunks), n_missing, v_oldest, now() - v_oldest;
+    select m.name, (select count(*) from groundkit.chunks), n_missing, v_oldest, now() - v_oldest, n_withheld;
 end
 $$;
 
@@ -280,7 +299,7 @@ as $$
 $$;
 
 -- The worker's claim: up to `batch` distinct hashes of current chunks that lack an embedding
--- for the model, with the exact text to embed (the model's recipe; its SHA-256 is the hash).
+-- for the model and that the outbound policy lets go to its provider, with the exact text to embed (the model's recipe; its SHA-256 is the hash).
 -- Each is held by a transaction-level advisory try-lock keyed by model and hash, so concurrent
 -- workers skip each other's claims and never wait; writers never wait for a claim (no row is
 -- locked). A claim ends with its transaction: commit it with embed_store's rows, or roll back
@@ -294,6 +313,7 @@ as $$
 #variable_conflict use_column
 declare
     m groundkit.embedding_models;
+    r record;
     col text;
     key1 integer;
     n integer := 0;
@@ -308,6 +328,9 @@ begin
     end if;
     col := groundkit._recipe_column(m.recipe);
     key1 := hashtext('groundkit.embed:' || m.name);
+    -- the outbound policy's allowance for the model's provider (sql/083_outbound.sql): a text it
+    -- withholds is skipped, never claimed
+    select * into r from groundkit._outbound_rule(groundkit.outbound_class(m.provider, m.options ->> 'url'));
     -- in hash order over the hash index: equal hashes come together
     for h in execute format('select c.%1$I from groundkit.chunks c
                               where not exists (select 1 from groundkit.embeddings e
@@ -320,6 +343,8 @@ begin
         continue when not pg_try_advisory_xact_lock(key1, groundkit._hash_key(h));
         -- stored by a worker that committed after this loop's snapshot: not again
         continue when exists (select 1 from groundkit.embeddings e where e.model = m.name and e.content_hash = h);
+        continue when not r.unrestricted
+                  and groundkit._outbound_hash_refusal(r.class, r.allow, r.max_rank, m.recipe, h) is not null;
         execute format('select groundkit._embed_text($1, o.title, c.search_prefix, c.content)
                           from groundkit.chunks c join groundkit.objects o on o.object_id = c.object_id
                          where c.%I = $2 limit 1', col)

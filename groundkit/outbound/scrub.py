@@ -1,0 +1,206 @@
+"""The redaction boundary: remove what the outbound policy names from a text before it leaves.
+
+Detectors (each a kind the policy's ``scrub`` list may name):
+
+- ``email``: addresses, by a pattern (local part, ``@``, a dotted domain with a TLD);
+- ``phone``: numbers Google's libphonenumber finds (the ``phonenumbers`` package's
+  ``PhoneNumberMatcher``, valid numbers only), in the policy's ``phone_regions`` (numbers written
+  with ``+`` and a country code are found in any region);
+- ``url_credentials``: the user info of a URL (``scheme://user:password@host``), the URL kept;
+- ``secrets``: the token patterns of Yelp's ``detect-secrets`` (its regex plugins: AWS, GitHub,
+  GitLab, Slack, Stripe, OpenAI, JWT, private-key headers and more; only their patterns, never
+  their network verification), ``key = value`` assignments of passwords, tokens and API keys,
+  ``Bearer`` tokens, ``sk-``/``pk-``/``rk-`` keys, and long high-entropy base64-ish tokens
+  (Shannon entropy by ``detect-secrets``' own function);
+- ``member_names``: the members' display names (``groundkit.members.display_name``), whole, and
+  each part of three letters or more, case-sensitive, at word boundaries.
+
+Each match is replaced by a marker (``[email]``, ``[phone]``, ``[credentials]``, ``[secret]``,
+``[member]``); overlapping matches are merged. :meth:`Scrubber.scrub` returns the text and how
+many of each kind it removed, never what. The cost per chunk: ``python -m evals.bench scrub``.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import pkgutil
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from groundkit.outbound.policy import ScrubKind
+
+__all__ = ["INSTALL_OUTBOUND", "Scrubber", "ScrubberUnavailable", "scrubber"]
+
+INSTALL_OUTBOUND = "pip install 'groundkit[outbound]'"
+
+MARKERS: dict[str, str] = {"email": "[email]", "phone": "[phone]", "url_credentials": "[credentials]",
+                           "secrets": "[secret]", "member_names": "[member]"}
+
+_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+# the user info of a URL: what lies between '://' and the last '@' before the host
+_URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/?#@]+(?::[^\s/?#@]*)?)@(?=[^\s/?#@])")
+_KEYWORD = re.compile(
+    r"(?i)\b(?:password|passwd|pwd|passphrase|secret|client[_-]?secret|api[_-]?key|apikey|access[_-]?key|"
+    r"access[_-]?token|auth[_-]?token|refresh[_-]?token|private[_-]?key|token)\b[\"']?\s*[:=]\s*[\"']?"
+    r"([^\s\"',;]{6,})")
+_BEARER = re.compile(r"\bBearer\s+([A-Za-z0-9._~+/-]{16,}=*)")
+_PREFIXED_KEY = re.compile(r"(?<![\w-])(?:sk|pk|rk)[-_][A-Za-z0-9_-]{20,}")
+_LONG_TOKEN = re.compile(r"(?<![A-Za-z0-9+/_-])[A-Za-z0-9+/_-]{32,}={0,2}(?![A-Za-z0-9+/_=-])")
+_ENTROPY_MIN = 4.0
+_SPAN_TRIM = " \t\r\n\"'=:"
+
+
+class ScrubberUnavailable(Exception):
+    """A detector the policy names needs a package that is not installed."""
+
+    def __init__(self, kind: str, package: str) -> None:
+        super().__init__(f"the {kind} scrubber needs {package}: {INSTALL_OUTBOUND}")
+        self.kind = kind
+
+
+@functools.cache
+def _secret_patterns() -> tuple[re.Pattern[str], ...]:
+    """Every regex of detect-secrets' regex plugins (not the public-IP one: an address is no secret)."""
+    try:
+        import detect_secrets.plugins as plugins
+        from detect_secrets.plugins.base import RegexBasedDetector
+    except ImportError:
+        raise ScrubberUnavailable("secrets", "detect-secrets") from None
+    patterns: list[re.Pattern[str]] = []
+    for info in pkgutil.iter_modules(plugins.__path__):
+        module = importlib.import_module(f"{plugins.__name__}.{info.name}")
+        for _, cls in inspect.getmembers(module, inspect.isclass):
+            if (issubclass(cls, RegexBasedDetector) and cls is not RegexBasedDetector
+                    and cls.__module__ == module.__name__ and cls.__name__ != "IPPublicDetector"):
+                patterns.extend(cls.denylist)  # type: ignore[arg-type]  # (a class attribute: a list of patterns)
+    return (*patterns, _KEYWORD, _BEARER, _PREFIXED_KEY)
+
+
+@functools.cache
+def _entropy() -> Any:
+    from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+
+    return Base64HighEntropyString().calculate_shannon_entropy
+
+
+def _phonenumbers() -> Any:
+    try:
+        import phonenumbers
+    except ImportError:
+        raise ScrubberUnavailable("phone", "phonenumbers") from None
+    return phonenumbers
+
+
+def _names_pattern(names: Sequence[str]) -> re.Pattern[str] | None:
+    words: set[str] = set()
+    for name in names:
+        name = " ".join(name.split())
+        if name:
+            words.add(name)
+            words.update(part for part in re.split(r"[\s,]+", name) if len(part) >= 3)
+    if not words:
+        return None
+    alternatives = "|".join(re.escape(w) for w in sorted(words, key=lambda w: (-len(w), w)))
+    return re.compile(rf"(?<!\w)(?:{alternatives})(?!\w)")
+
+
+class Scrubber:
+    """A compiled scrubber for a set of kinds (build it with :func:`scrubber`, which caches)."""
+
+    def __init__(self, kinds: Iterable[ScrubKind], phone_regions: Sequence[str] = ("US",),
+                 names: Sequence[str] = ()) -> None:
+        self.kinds = tuple(sorted(set(kinds)))
+        self.phone_regions = tuple(phone_regions)
+        self._secrets = _secret_patterns() if "secrets" in self.kinds else ()
+        if "secrets" in self.kinds:
+            self._entropy = _entropy()
+        self._phone = _phonenumbers() if "phone" in self.kinds else None
+        self._names = _names_pattern(names) if "member_names" in self.kinds else None
+
+    def _spans(self, text: str) -> list[tuple[int, int, str]]:
+        spans: list[tuple[int, int, str]] = []
+        kinds = self.kinds
+        if "url_credentials" in kinds:
+            spans += [(m.start(1), m.end(1), "url_credentials") for m in _URL_USERINFO.finditer(text)]
+        if "secrets" in kinds:
+            for pattern in self._secrets:
+                for m in pattern.finditer(text):
+                    group = 1 if m.re.groups and m.group(1) else 0
+                    start, end = _trim(text, m.start(group), m.end(group))
+                    if end > start:
+                        spans.append((start, end, "secrets"))
+            for m in _LONG_TOKEN.finditer(text):
+                token = m.group(0)
+                if (any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+                        and self._entropy(token) >= _ENTROPY_MIN):
+                    spans.append((m.start(), m.end(), "secrets"))
+        if "email" in kinds:
+            spans += [(m.start(), m.end(), "email") for m in _EMAIL.finditer(text)]
+        if self._phone is not None and any(c.isdigit() for c in text):
+            for region in self.phone_regions or ("US",):
+                spans += [(m.start, m.end, "phone") for m in self._phone.PhoneNumberMatcher(text, region)]
+        if self._names is not None:
+            spans += [(m.start(), m.end(), "member_names") for m in self._names.finditer(text)]
+        return spans
+
+    def scrub(self, text: str) -> tuple[str, dict[str, int]]:
+        """``text`` with every match replaced by its marker, and the count per kind."""
+        spans = self._spans(text)
+        if not spans:
+            return text, {}
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        out: list[str] = []
+        counts: dict[str, int] = {}
+        pos = 0
+        end_of_last = -1
+        for start, end, kind in spans:
+            if start < end_of_last:  # overlaps the previous match: merged into it
+                if end > end_of_last:
+                    end_of_last = end
+                    pos = end
+                continue
+            out.append(text[pos:start])
+            out.append(MARKERS[kind])
+            counts[kind] = counts.get(kind, 0) + 1
+            pos = end_of_last = end
+        out.append(text[pos:])
+        return "".join(out), counts
+
+    def scrub_all(self, texts: Sequence[str]) -> tuple[list[str], dict[str, int]]:
+        """Every text scrubbed, and the counts summed."""
+        total: dict[str, int] = {}
+        done = []
+        for text in texts:
+            clean, counts = self.scrub(text)
+            done.append(clean)
+            for kind, n in counts.items():
+                total[kind] = total.get(kind, 0) + n
+        return done, total
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start] in _SPAN_TRIM:
+        start += 1
+    while end > start and text[end - 1] in _SPAN_TRIM:
+        end -= 1
+    return start, end
+
+
+_CACHE: dict[tuple[Any, ...], Scrubber] = {}
+
+
+def scrubber(kinds: Iterable[ScrubKind], phone_regions: Sequence[str] = ("US",), names: Sequence[str] = (),
+             names_stamp: str = "") -> Scrubber:
+    """A :class:`Scrubber` for these kinds, built once per process for each set of kinds, regions
+    and names (``names_stamp`` identifies the names: a change rebuilds it)."""
+    kinds = tuple(sorted(set(kinds)))
+    key = (kinds, tuple(phone_regions), names_stamp if "member_names" in kinds else "")
+    built = _CACHE.get(key)
+    if built is None:
+        if len(_CACHE) > 32:
+            _CACHE.clear()
+        built = _CACHE[key] = Scrubber(kinds, phone_regions, names)
+    return built
