@@ -39,7 +39,8 @@ INSTALL_OUTBOUND = "pip install 'groundkit[outbound]'"
 MARKERS: dict[str, str] = {"email": "[email]", "phone": "[phone]", "url_credentials": "[credentials]",
                            "secrets": "[secret]", "member_names": "[member]"}
 
-_EMAIL = re.compile(r"(?<![\w.+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
+# (not after ':' or '/': 'user:password@host' in a URL is credentials, not an address)
+_EMAIL = re.compile(r"(?<![\w.+\-:/])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}(?![\w-])")
 # the user info of a URL: what lies between '://' and the last '@' before the host
 _URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^\s/?#@]+(?::[^\s/?#@]*)?)@(?=[^\s/?#@])")
 _KEYWORD = re.compile(
@@ -128,7 +129,9 @@ class Scrubber:
         if "secrets" in kinds:
             for pattern in self._secrets:
                 for m in pattern.finditer(text):
-                    group = 1 if m.re.groups and m.group(1) else 0
+                    # a pattern's first group is its secret where it captures one (a password after
+                    # 'user:'), not where it captures a prefix ('ghp' of a GitHub token)
+                    group = 1 if m.re.groups and len(m.group(1) or "") >= 8 else 0
                     start, end = _trim(text, m.start(group), m.end(group))
                     if end > start:
                         spans.append((start, end, "secrets"))
