@@ -21,7 +21,7 @@ import hashlib
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -40,12 +40,12 @@ class LlmProvider(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     protocol: Literal["ollama", "openai"]
-    url: str = Field(min_length=1)
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    timeout: float = Field(120.0, gt=0, le=3600)
-    max_retries: int = Field(2, ge=0, le=20)
-    backoff: float = Field(0.5, ge=0, le=60)
-    max_backoff: float = Field(20.0, ge=0, le=600)
+    url: Annotated[str, Field(min_length=1)]
+    api_key_env: Annotated[str | None, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")] = None
+    timeout: Annotated[float, Field(gt=0, le=3600)] = 120.0
+    max_retries: Annotated[int, Field(ge=0, le=20)] = 2
+    backoff: Annotated[float, Field(ge=0, le=60)] = 0.5
+    max_backoff: Annotated[float, Field(ge=0, le=600)] = 20.0
 
 
 class Message(BaseModel):

@@ -10,7 +10,7 @@ import inspect
 import json
 import pkgutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -306,7 +306,7 @@ def test_complete_pins_digests_and_meters_from_the_response(dsn: str, capture: C
     with Groundkit.connect(dsn) as gk:
         world(gk)
         private_policy(gk, capture.url, Allowance(max_tier="T0", queries=True))
-        provider = LlmProvider(protocol=protocol, url=capture.url)  # type: ignore[arg-type]
+        provider = LlmProvider.model_validate({"protocol": protocol, "url": capture.url})
         with gk.run(flow="tutor", reader="t0", prompt_version="tutor-v3") as run:
             hits = run.search("sharpening chisels")
             context = run.context(hits, 500)
@@ -375,7 +375,7 @@ def test_a_reader_cannot_probe_objects_through_the_decision(gk: Groundkit) -> No
     world(gk)
     set_policy(gk, default_policy().with_class("cloud", ClassPolicy(allow=Allowance(queries=True))), "x")
 
-    def rule(reader: str, obj: str) -> str | None:
+    def rule(reader: str, obj: str) -> Any:
         return gk._scalar("select rule from groundkit.outbound_decide('openai', 'https://api.example', 'complete',"
                           " %(r)s, array[%(o)s], 1, 0)", {"r": reader, "o": obj})
 
@@ -439,11 +439,13 @@ def test_no_provider_can_be_called_around_the_gate(capture: Capture, embed_home:
     from groundkit.embedders.rerank import HttpReranker, RerankOptions
     from groundkit.llm import ChatClient, Message
 
-    direct = {
-        "LocalProvider": lambda: LocalProvider(LocalOptions()).embed(["x"], query=False),
+    direct: dict[str, Callable[[], object]] = {
+        "LocalProvider": lambda: LocalProvider(LocalOptions.model_validate({})).embed(["x"], query=False),
         "HttpProvider": lambda: provider_for("openai", {"url": capture.url, "model": "m"}).embed(["x"], query=False),
-        "JsonClient": lambda: JsonClient(HttpOptions(url=capture.url, model="m"), "t").post("/v1/embeddings", {}),
-        "HttpReranker": lambda: HttpReranker(RerankOptions(url=capture.url)).rerank_scores("q", ["d"], 1),
+        "JsonClient": lambda: JsonClient(HttpOptions.model_validate({"url": capture.url, "model": "m"}), "t").post(
+            "/v1/embeddings", {}),
+        "HttpReranker": lambda: HttpReranker(RerankOptions.model_validate({"url": capture.url})).rerank_scores(
+            "q", ["d"], 1),
         "ChatClient": lambda: ChatClient(LlmProvider(protocol="openai", url=capture.url), "m").chat(
             [Message(role="user", content="x")]),
     }
@@ -477,7 +479,7 @@ def test_the_transport_refuses_another_origin_than_the_decided_one(capture: Capt
     from groundkit.embedders.http import HttpOptions, JsonClient
 
     opened = default_policy().with_class("cloud", ClassPolicy(allow=Allowance(queries=True)))
-    elsewhere = JsonClient(HttpOptions(url="http://127.0.0.2:9", model="m"), "t")
+    elsewhere = JsonClient(HttpOptions.model_validate({"url": "http://127.0.0.2:9", "model": "m"}), "t")
     with pytest.raises(OutboundRefused, match=r"gate\.origin"):
         gate.send("embed_query", gate.Destination("openai", capture.url, "m"), ["q"],
                   lambda t: gate.Answer(elsewhere.post("/v1/embeddings", {"input": t})),
