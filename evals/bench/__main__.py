@@ -20,6 +20,7 @@
     dense         the dense leg: HNSW recall@10 against the exact scan and latency, at 100 %, 10 %, 1 % visible
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
     shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
+    outbound      the outbound gate's cost per embedding batch and per LLM call (loopback), the scrubber's per chunk
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -41,6 +42,7 @@ from evals.bench import (
     http,
     ingest,
     ingest_dir,
+    outbound,
     profile,
     replicas,
     runs,
@@ -73,6 +75,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "dense": dense.main,
     "replicas": replicas.main,
     "shards": shards.main,
+    "outbound": outbound.main,
 }
 
 

@@ -257,9 +257,12 @@ def status(
     """Show the search index's state: chunks, pending postings, how old the planning statistics
     are, whether the postings' impacts fit the configuration and the chunks, chunks made by
     another chunker version or other sizes than the configuration's (groundkit rebuild re-chunks
-    them), each embedding model's lag (and what the outbound policy withholds from it), when a
-    worker last ran, what a maintenance pass would do now (due), and the outbound policy in force
-    with the gate's decisions of the last 24 hours (docs/outbound.md).
+    them), each embedding model's lag, when a worker last ran, and what a maintenance pass would
+    do now (due).
+
+    The outbound policy in force, what it withholds from each embedding model (BM25-only
+    chunks, not counted as lag), and the outbound gate's decisions of the last 24 hours
+    (docs/outbound.md).
 
     With read replicas: each one's lag, its authority position against the primary's, and how many reads the
     permission fence sent to the primary today (docs/replicas.md)."""
