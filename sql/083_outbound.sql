@@ -272,36 +272,6 @@ as $$
         p_class || '.unknown')
 $$;
 
--- The refusal for one embedding text (by the hash of a model recipe's text): null when any
--- current chunk with that text may go (the same bytes go either way), else the first refusing
--- rule; '<class>.unknown' when no current chunk has it.
-create or replace function groundkit._outbound_hash_refusal(
-    p_class text, p_allow jsonb, p_max_rank integer, p_recipe text, p_hash bytea)
-returns text
-language sql stable
-set search_path = pg_catalog, pg_temp
-as $$
-    select case when pg_catalog.bool_or(x.r is null) then null
-                else coalesce(min(x.r), p_class || '.unknown') end
-      from (select groundkit._outbound_refusal(p_class, p_allow, p_max_rank, s.private, o.owner_only,
-                                               o.space_id, o.content_type, greatest(ot.rank, st.rank)) as r
-              from groundkit.chunks c
-              join groundkit.objects o on o.object_id = c.object_id and o.state = 'live'
-              join groundkit.spaces s on s.space_id = o.space_id
-              join groundkit.tiers st on st.name = s.min_tier
-              join groundkit.tiers ot on ot.name = o.tier_visibility
-             where p_recipe = 'text' and c.embed_hash_text = p_hash
-            union all
-            select groundkit._outbound_refusal(p_class, p_allow, p_max_rank, s.private, o.owner_only,
-                                               o.space_id, o.content_type, greatest(ot.rank, st.rank))
-              from groundkit.chunks c
-              join groundkit.objects o on o.object_id = c.object_id and o.state = 'live'
-              join groundkit.spaces s on s.space_id = o.space_id
-              join groundkit.tiers st on st.name = s.min_tier
-              join groundkit.tiers ot on ot.name = o.tier_visibility
-             where p_recipe = 'titled' and c.embed_hash_titled = p_hash) x
-$$;
-
 -- Whether a model's provider may receive reader queries under the policy in force (search's
 -- auto mode embeds a query only where it may: sql/086_dense.sql).
 create or replace function groundkit._outbound_queries_allowed(p_provider text, p_url text)
@@ -403,9 +373,7 @@ declare
     cls text;
     r record;
     v_rule text;
-    why text;
     n integer := 0;
-    h bytea;
 begin
     m := groundkit._dense_model(outbound_decide_embedding.model);
     if outbound_decide_embedding.model is null then
@@ -413,15 +381,31 @@ begin
     end if;
     cls := groundkit.outbound_class(m.provider, m.options ->> 'url');
     select * into r from groundkit._outbound_rule(cls);
-    if not r.unrestricted then
-        foreach h in array coalesce(outbound_decide_embedding.hashes, '{}') loop
-            why := case when r.open then groundkit._outbound_hash_refusal(cls, r.allow, r.max_rank, m.recipe, h)
-                        else cls || '.closed' end;
-            if why is not null then
-                v_rule := coalesce(v_rule, why);
-                n := n + 1;
-            end if;
-        end loop;
+    if not r.open then
+        v_rule := cls || '.closed';
+        n := coalesce(cardinality(outbound_decide_embedding.hashes), 0);
+    elsif not r.unrestricted then
+        -- one statement for the batch: per hash, whether any current chunk with it may go
+        execute format('
+            with u as (select distinct x.h from unnest($1::bytea[]) x(h)),
+            hc as materialized (  -- the chunks by the hash index first, whatever the statistics say
+                select u.h, c.object_id from u join groundkit.chunks c on c.%I = u.h),
+            v as (
+                select hc.h,
+                       bool_or(groundkit._outbound_refusal($2, $3, $4, s.private, o.owner_only, o.space_id,
+                                                           o.content_type, greatest(ot.rank, st.rank)) is null) as ok,
+                       min(groundkit._outbound_refusal($2, $3, $4, s.private, o.owner_only, o.space_id,
+                                                       o.content_type, greatest(ot.rank, st.rank))) as why
+                  from hc
+                  join groundkit.objects o on o.object_id = hc.object_id and o.state = ''live''
+                  join groundkit.spaces s on s.space_id = o.space_id
+                  join groundkit.tiers st on st.name = s.min_tier
+                  join groundkit.tiers ot on ot.name = o.tier_visibility
+                 group by hc.h)
+            select count(*) filter (where v.ok is not true),
+                   min(coalesce(v.why, $2 || ''.unknown'')) filter (where v.ok is not true)
+              from u left join v on v.h = u.h', groundkit._recipe_column(m.recipe))
+           into n, v_rule using outbound_decide_embedding.hashes, cls, r.allow, r.max_rank;
     end if;
     return query select r.version, r.policy_hash, cls, groundkit._origin(m.options ->> 'url'), v_rule, n,
                         r.scrub, r.phone_regions;

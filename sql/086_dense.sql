@@ -267,23 +267,41 @@ begin
                          where not exists (select 1 from groundkit.embeddings e
                                             where e.model = $1 and e.content_hash = c.%I)', col)
            into n_missing using m.name;
+        if n_missing > 0 then
+            execute format('select min(l.logged_at)
+                              from groundkit.chunks c
+                              join groundkit.objects o on o.object_id = c.object_id
+                              join groundkit.content_log l on l.seq = o.log_seq
+                             where not exists (select 1 from groundkit.embeddings e
+                                                where e.model = $1 and e.content_hash = c.%I)', col)
+               into v_oldest using m.name;
+        end if;
     else
-        execute format('select count(*) filter (where x.refusal is null), count(*) filter (where x.refusal is not null)
-                          from (select groundkit._outbound_hash_refusal($2, $3, $4, $5, c.%1$I) as refusal
-                                  from groundkit.chunks c
-                                 where not exists (select 1 from groundkit.embeddings e
-                                                    where e.model = $1 and e.content_hash = c.%1$I)) x', col)
-           into n_missing, n_withheld using m.name, r.class, r.allow, r.max_rank, m.recipe;
-    end if;
-    if n_missing > 0 then
-        execute format('select min(l.logged_at)
-                          from groundkit.chunks c
-                          join groundkit.objects o on o.object_id = c.object_id
-                          join groundkit.content_log l on l.seq = o.log_seq
-                         where not exists (select 1 from groundkit.embeddings e
-                                            where e.model = $1 and e.content_hash = c.%1$I)
-                           and ($2 or groundkit._outbound_hash_refusal($3, $4, $5, $6, c.%1$I) is null)', col)
-           into v_oldest using m.name, r.unrestricted, r.class, r.allow, r.max_rank, m.recipe;
+        -- set-based: each missing text may go when any current chunk with it may
+        -- (groundkit._outbound_refusal, the predicate the claim and the gate use)
+        execute format('
+            with missing as materialized (
+                select c.%1$I as h, o.log_seq
+                  from groundkit.chunks c join groundkit.objects o on o.object_id = c.object_id
+                 where not exists (select 1 from groundkit.embeddings e
+                                    where e.model = $1 and e.content_hash = c.%1$I)),
+            verdict as (
+                select c.%1$I as h,
+                       bool_or(groundkit._outbound_refusal($2, $3, $4, s.private, o.owner_only, o.space_id,
+                                                           o.content_type, greatest(ot.rank, st.rank)) is null) as ok
+                  from (select distinct m.h from missing m) d
+                  join groundkit.chunks c on c.%1$I = d.h
+                  join groundkit.objects o on o.object_id = c.object_id and o.state = ''live''
+                  join groundkit.spaces s on s.space_id = o.space_id
+                  join groundkit.tiers st on st.name = s.min_tier
+                  join groundkit.tiers ot on ot.name = o.tier_visibility
+                 group by 1)
+            select count(*) filter (where v.ok), count(*) filter (where v.ok is not true),
+                   min(l.logged_at) filter (where v.ok)
+              from missing m
+              left join verdict v on v.h = m.h
+              left join groundkit.content_log l on l.seq = m.log_seq', col)
+           into n_missing, n_withheld, v_oldest using m.name, r.class, r.allow, r.max_rank;
     end if;
     return query
     select m.name, (select count(*) from groundkit.chunks), n_missing, v_oldest, now() - v_oldest, n_withheld;
@@ -335,16 +353,23 @@ begin
     for h in execute format('select c.%1$I from groundkit.chunks c
                               where not exists (select 1 from groundkit.embeddings e
                                                  where e.model = $1 and e.content_hash = c.%1$I)
+                                and ($2 or exists (
+                                     select 1 from groundkit.chunks c2
+                                       join groundkit.objects o on o.object_id = c2.object_id and o.state = ''live''
+                                       join groundkit.spaces s on s.space_id = o.space_id
+                                       join groundkit.tiers st on st.name = s.min_tier
+                                       join groundkit.tiers ot on ot.name = o.tier_visibility
+                                      where c2.%1$I = c.%1$I
+                                        and groundkit._outbound_refusal($3, $4, $5, s.private, o.owner_only, o.space_id,
+                                                                        o.content_type, greatest(ot.rank, st.rank)) is null))
                               order by c.%1$I', col)
-        using m.name
+        using m.name, r.unrestricted, r.class, r.allow, r.max_rank
     loop
         continue when h is not distinct from last;
         last := h;
         continue when not pg_try_advisory_xact_lock(key1, groundkit._hash_key(h));
         -- stored by a worker that committed after this loop's snapshot: not again
         continue when exists (select 1 from groundkit.embeddings e where e.model = m.name and e.content_hash = h);
-        continue when not r.unrestricted
-                  and groundkit._outbound_hash_refusal(r.class, r.allow, r.max_rank, m.recipe, h) is not null;
         execute format('select groundkit._embed_text($1, o.title, c.search_prefix, c.content)
                           from groundkit.chunks c join groundkit.objects o on o.object_id = c.object_id
                          where c.%I = $2 limit 1', col)
