@@ -5,7 +5,8 @@ One run, one loopback server (an OpenAI-compatible ``/v1/embeddings`` answering 
 vectors and ``/v1/chat/completions``), arms interleaved round by round:
 
 - an embedding batch of ``--batch`` chunk texts (SciFact abstracts written as objects): the
-  transport alone (the HTTP client's POST, under a bare ticket), against the gate as the
+  provider alone (its HTTP call and the seam's checks of the vectors, under a bare ticket: what
+  an embedding call did before the gate), against the gate as the
   embedding job calls it (the decision by text hash in SQL under a restricted allowance, the
   record and the metered call), without and with the cloud scrub list (email, phone,
   url_credentials, secrets);
@@ -108,7 +109,6 @@ def main(argv: Sequence[str]) -> int:
 
     from groundkit import Groundkit, embedding, model_swap
     from groundkit.embedders import embedder_for
-    from groundkit.embedders.http import HttpOptions, JsonClient
     from groundkit.llm import ChatClient, LlmProvider, Message
     from groundkit.models import ContentObject
     from groundkit.outbound import gate
@@ -135,7 +135,6 @@ def main(argv: Sequence[str]) -> int:
         model_swap.add_model(gk, name="remote", provider="openai", dimension=DIMENSION, distance="cosine",
                              recipe="text", options={"url": url, "model": "m", "batch_size": args.batch})
         model = embedding.get_model(gk, "remote")
-        client = JsonClient(HttpOptions.model_validate({"url": url, "model": "m"}), "bench")
         chat = ChatClient(LlmProvider(protocol="openai", url=url), "m")
         batches = [rows[i:i + args.batch] for i in range(0, len(rows), args.batch)]
         context = "\n\n".join(f"[{n + 1}] {r['content']}" for n, r in enumerate(rows[:5]))
@@ -144,9 +143,13 @@ def main(argv: Sequence[str]) -> int:
                                                  "What does the first study find?")]
         objects = tuple(r["object_id"] for r in rows[:5])
 
+        seam = embedder_for(model)
+
         def transport_batch(batch: list[dict[str, Any]]) -> None:
+            """The provider and the seam's checks of its answer, as before the gate: only the gate differs."""
             with bare_ticket("embed_documents", url):
-                client.post("/v1/embeddings", {"model": "m", "input": [r["content"] for r in batch]})
+                vectors, _tokens = seam._provider.embed([r["content"] for r in batch], query=False)  # type: ignore[attr-defined]
+                seam._check(vectors, len(batch))  # type: ignore[attr-defined]
 
         def gated_batch(batch: list[dict[str, Any]]) -> None:
             embedder_for(model, meter_to=gk, flow="indexing").embed_documents(
@@ -167,7 +170,7 @@ def main(argv: Sequence[str]) -> int:
         gated_batch(batches[0])
         transport_batch(batches[0])  # warm both
         for r in range(args.rounds):
-            for name, policy, fn in (("batch: transport alone", None, transport_batch),
+            for name, policy, fn in (("batch: provider alone", None, transport_batch),
                                      ("batch: through the gate", plain, gated_batch),
                                      ("batch: through the gate, scrubbed", scrubbed, gated_batch)):
                 if policy is not None:
@@ -186,7 +189,7 @@ def main(argv: Sequence[str]) -> int:
     print(f"{len(rows)} chunks in {n_batches} batches of {args.batch}; {args.rounds} rounds; "
           f"{args.calls} LLM calls per arm and round")
     per_batch = {k: [v / n_batches for v in vs] for k, vs in arms.items() if k.startswith("batch")}
-    base_b = statistics.median(per_batch["batch: transport alone"])
+    base_b = statistics.median(per_batch["batch: provider alone"])
     for name, values in per_batch.items():
         m = statistics.median(values)
         print(f"{name:<40} {m:8.2f} ms per batch  (+{m - base_b:6.2f} ms, {m / base_b:.2f}x)")
