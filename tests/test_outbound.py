@@ -532,3 +532,22 @@ def test_the_cli_manages_the_policy(dsn: str) -> None:
     assert [h["version"] for h in history] == [4, 3, 2, 1]
     bad = runner.invoke(app, ["outbound", "allow", "cloud", "--max-tier", "T9", "--reason", "x", "--dsn", dsn])
     assert bad.exit_code == 1 and "GK025" in bad.output
+
+
+def test_a_gated_call_is_priced_per_flow_from_the_providers_usage(dsn: str, capture: Capture, tmp_path: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    prices = tmp_path / "prices.toml"
+    prices.write_text('[models."chat-1"]\ninput_per_1k = 0.5\noutput_per_1k = 2\ncurrency = "USD"\n')
+    monkeypatch.setenv("GROUNDKIT_PRICES", str(prices))
+    with Groundkit.connect(dsn) as gk:
+        world(gk)
+        private_policy(gk, capture.url, Allowance(queries=True))
+        provider = LlmProvider.model_validate({"protocol": "openai", "url": capture.url})
+        with gk.run(flow="authoring", reader="t0") as run:
+            run.complete([{"role": "user", "content": "Draft a welcome note."}], model="chat-1", provider=provider)
+        (call,) = gk.replay(run.id).run.llm_calls
+        assert call["cost"] == "0.0695"  # 123 tokens in at 0.5 per 1k, 4 out at 2 per 1k
+        (row,) = gk._fetch("select flow, kind, cost, currency from groundkit.calls", {})
+        assert (row["flow"], row["kind"], str(row["cost"]), row["currency"]) == ("authoring", "llm", "0.0695", "USD")
+        (spend,) = runner.invoke(app, ["costs", "--json", "--dsn", dsn]).output.splitlines()
+        assert json.loads(spend)["flow"] == "authoring" and json.loads(spend)["cost"] == "0.0695"
