@@ -551,3 +551,18 @@ def test_a_gated_call_is_priced_per_flow_from_the_providers_usage(dsn: str, capt
         assert (row["flow"], row["kind"], str(row["cost"]), row["currency"]) == ("authoring", "llm", "0.0695", "USD")
         (spend,) = runner.invoke(app, ["costs", "--json", "--dsn", dsn]).output.splitlines()
         assert json.loads(spend)["flow"] == "authoring" and json.loads(spend)["cost"] == "0.0695"
+
+
+def test_an_llm_provider_failure_is_gk024_without_a_chain_and_without_fallback(dsn: str, capture: Capture) -> None:
+    from groundkit.errors import LlmProviderError
+
+    with Groundkit.connect(dsn) as gk:
+        world(gk)
+        private_policy(gk, capture.url, Allowance(queries=True))
+        broken = LlmProvider.model_validate({"protocol": "openai", "url": capture.url + "/nowhere", "max_retries": 1,
+                                             "backoff": 0})
+        with pytest.raises(LlmProviderError, match="HTTP 404") as info, gk.run(flow="tutor", reader="t0") as run:
+            run.complete([{"role": "user", "content": "hello"}], model="m", provider=broken)
+        assert info.value.sqlstate == "GK024" and info.value.__cause__ is None and info.value.__context__ is None
+        assert capture.paths == ["/nowhere/v1/chat/completions"]  # a 404 is not retried, nothing else is tried
+        assert gk.replay(run.id).run.error_class == "groundkit.errors.LlmProviderError"
