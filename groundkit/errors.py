@@ -126,6 +126,38 @@ class EmbeddingProviderError(GroundkitError):
     falling back to another provider (GK017; raised by Python, not by SQL)."""
 
     sqlstate = "GK017"
+
+
+class OutboundRefused(GroundkitError):
+    """The outbound policy (or the gate itself) refuses a provider call: its texts may not go to
+    that provider's class. The message names the rule (``cloud.max_tier``, ``private.closed``,
+    ``gate.bypass``: a provider called around the gate), the class, the policy version and how
+    many texts; never their content. Nothing was sent (GK023; docs/outbound.md)."""
+
+    sqlstate = "GK023"
+
+    def __init__(self, message: str, *, rule: str = "", policy_version: int | None = None,
+                 sqlstate: str | None = None) -> None:
+        super().__init__(message, sqlstate=sqlstate)
+        self.rule = rule
+        self.policy_version = policy_version
+
+
+class LlmProviderError(GroundkitError):
+    """An LLM provider failed, was unreachable, is not configured, or answered something that is
+    not a completion. Never answered by falling back to another provider (GK024; raised by
+    Python, not by SQL)."""
+
+    sqlstate = "GK024"
+
+
+class OutboundPolicyInvalid(InvalidArgument):
+    """An outbound policy document of another shape, an unknown tier in it, or a change without a
+    reason (GK025)."""
+
+    sqlstate = "GK025"
+
+
 class NoFreshServer(DatabaseUnavailable):
     """A read routed by the permission fence found no server it may use: the primary is
     unreachable and no replica is provably fresh (GK018; docs/replicas.md). Fails closed: an
@@ -181,6 +213,9 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK019": DatabaseBusy,
     "57014": DatabaseBusy,  # query_canceled: statement_timeout (or a cancel request)
     "55P03": DatabaseBusy,  # lock_not_available: lock_timeout, NOWAIT, or a groundkit function's refusal
+    "GK023": OutboundRefused,
+    "GK024": LlmProviderError,
+    "GK025": OutboundPolicyInvalid,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

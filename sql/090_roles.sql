@@ -298,3 +298,61 @@ begin
     end if;
 end
 $replicas$;
+
+-- The outbound gate (sql/083_outbound.sql, docs/outbound.md): a reader's session reads the
+-- policy, decides its own calls (objects only as that reader may see them) and records them; the
+-- writer also decides the embedding job's batches (by text hash), names members for the scrubber
+-- and reads their names; the auditor reads the history and the decisions. Setting the policy is
+-- the owner's alone.
+do $outbound$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.outbound_policy()',
+        'groundkit.outbound_policy_hash()',
+        'groundkit.outbound_policy_history()',
+        'groundkit.set_outbound_policy(jsonb, text)',
+        'groundkit.outbound_class(text, text)',
+        'groundkit.outbound_decide(text, text, text, text, text[], integer, integer)',
+        'groundkit.outbound_decide_embedding(text, bytea[])',
+        'groundkit.record_outbound(jsonb)',
+        'groundkit.outbound_summary(timestamptz)',
+        'groundkit.put_member_name(text, text)',
+        'groundkit.outbound_member_names(text)',
+        'groundkit.outbound_withheld()'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant execute on function
+            groundkit.outbound_policy(),
+            groundkit.outbound_policy_hash(),
+            groundkit.outbound_class(text, text),
+            groundkit.outbound_decide(text, text, text, text, text[], integer, integer),
+            groundkit.record_outbound(jsonb)
+        to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+        grant execute on function
+            groundkit.outbound_policy(),
+            groundkit.outbound_policy_hash(),
+            groundkit.outbound_class(text, text),
+            groundkit.outbound_decide(text, text, text, text, text[], integer, integer),
+            groundkit.outbound_decide_embedding(text, bytea[]),
+            groundkit.record_outbound(jsonb),
+            groundkit.put_member_name(text, text),
+            groundkit.outbound_member_names(text),
+            groundkit.outbound_withheld()
+        to groundkit_writer;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant execute on function
+            groundkit.outbound_policy(),
+            groundkit.outbound_policy_hash(),
+            groundkit.outbound_policy_history(),
+            groundkit.outbound_summary(timestamptz)
+        to groundkit_auditor;
+    end if;
+end
+$outbound$;

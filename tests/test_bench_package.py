@@ -296,3 +296,21 @@ def test_serve_guards_measures_the_timeouts_and_the_cap(server_dsn: str, capsys:
         left = conn.execute("select count(*) from pg_database where datname like"
                             " 'groundkit_scratch_bench_bh_guards_%'").fetchone()
     assert left == (0,)
+
+
+def test_outbound_times_the_gate_and_the_scrubber(server_dsn: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """On a tiny collection, against its loopback server: each arm's figure, and the scrubber's per kind."""
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": "", "text": f"Abstract {i}: mail a{i}@example.org or call "
+                    f"+1 415 555 01{i:02d}."}) + "\n" for i in range(12)), encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "abstract"}) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert main(["outbound", "--dsn", server_dsn, "--data", str(tmp_path), "--docs", "12", "--batch", "4",
+                 "--rounds", "1", "--calls", "2"]) == 0
+    out = capsys.readouterr().out
+    for arm in ("batch: provider alone", "batch: through the gate", "batch: through the gate, scrubbed",
+                "LLM call: transport alone", "LLM call: through the gate, scrubbed"):
+        assert re.search(rf"^{re.escape(arm)} +[0-9.]+ ms per", out, re.MULTILINE), out
+    assert "12 chunks in 3 batches of 4" in out and "member_names (1,000 members)" in out

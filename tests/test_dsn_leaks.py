@@ -62,6 +62,13 @@ def _objects(path: Path) -> Path:
     return path
 
 
+def _policy(path: Path) -> Path:
+    from groundkit.outbound.policy import default_policy
+
+    path.write_text(json.dumps(default_policy().document()))
+    return path
+
+
 RUN_ID = "3f0c7c2e-8d5b-4c61-9a4e-0d6f5b1e2a11"
 
 
@@ -104,6 +111,15 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "reindex": [["--model", "m1"]],
         "shadow-compare": [["--model", "m1", "--as", "m1", "--sampled", "5"]],
         "cutover": [["--model", "m1"]],
+        "outbound show": [[], ["--json"]],
+        "outbound history": [[]],
+        "outbound set": [[str(_policy(tmp / "policy.json")), "--reason", "r"]],
+        "outbound allow": [["cloud", "--max-tier", "T1", "--reason", "r"]],
+        "outbound close": [["cloud", "--reason", "r"]],
+        "outbound scrub": [["cloud", "email", "--reason", "r"]],
+        "outbound private-origin add": [["http://10.0.0.5:11434", "--reason", "r"]],
+        "outbound private-origin remove": [["http://10.0.0.5:11434", "--reason", "r"]],
+        "outbound decisions": [[], ["--json"]],
     }
 
 

@@ -22,6 +22,7 @@
     policy        put_space flipping a space's policy at 100k chunks: time, rows read and written, two revisions
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
     shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
+    outbound      the outbound gate's cost per embedding batch and per LLM call (loopback), the scrubber's per chunk
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -44,6 +45,7 @@ from evals.bench import (
     ingest,
     ingest_dir,
     policy,
+    outbound,
     profile,
     replicas,
     runs,
@@ -79,6 +81,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "policy": policy.main,
     "replicas": replicas.main,
     "shards": shards.main,
+    "outbound": outbound.main,
 }
 
 

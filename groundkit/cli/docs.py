@@ -47,7 +47,7 @@ PAGE_OF: dict[str, str] = {
     "migrate": "cli/operations.md", "rebuild": "cli/operations.md", "analyze": "cli/operations.md",
     "status": "cli/operations.md", "merge": "cli/operations.md", "worker": "cli/operations.md",
     "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
-    "tokens": "cli/operations.md",
+    "tokens": "cli/operations.md", "outbound": "cli/operations.md",
     "embed": "cli/operations.md", "models": "cli/operations.md", "reindex": "cli/operations.md",
     "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md",
     "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
@@ -86,6 +86,11 @@ EXAMPLES: dict[str, str] = {
                   "$ curl -H \"Authorization: Bearer $TOKEN\" -d '{\"query\": \"pricing\"}' localhost:8000/v1/search",
     "tokens create": "$ TOKEN=$(groundkit tokens create ana --expires 30d | tail -n 1)",
     "tokens revoke": "$ groundkit tokens revoke ana\nrevoked 1 token(s) of ana",
+    "outbound allow": "$ groundkit outbound private-origin add http://10.0.0.5:11434 --reason 'the GPU box'\n"
+                      "$ groundkit outbound allow private --max-tier T2 --queries --reason 'the GPU box'",
+    "outbound scrub": "$ groundkit outbound scrub cloud email phone url_credentials secrets member_names "
+                      "--reason 'names too'",
+    "outbound decisions": "$ groundkit outbound decisions --since 7d",
 }
 
 

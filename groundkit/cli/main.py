@@ -29,6 +29,7 @@ from groundkit.cli import dense as dense_cli
 from groundkit.cli import eval as eval_cli
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
+from groundkit.cli import outbound as outbound_cli
 from groundkit.cli import runs as runs_cli
 from groundkit.cli import serve as serve_cli
 from groundkit.cli import tokens as tokens_cli
@@ -63,6 +64,7 @@ app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.add_typer(serve_cli.app, name="serve")
 app.add_typer(tokens_cli.app, name="tokens")
+app.add_typer(outbound_cli.app, name="outbound")
 app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
 app.command("home")(home_cli.home)
@@ -258,6 +260,10 @@ def status(
     them), each embedding model's lag, when a worker last ran, and what a maintenance pass would
     do now (due).
 
+    The outbound policy in force, what it withholds from each embedding model (BM25-only
+    chunks, not counted as lag), and the outbound gate's decisions of the last 24 hours
+    (docs/outbound.md).
+
     With read replicas: each one's lag, its authority position against the primary's, and how many reads the
     permission fence sent to the primary today (docs/replicas.md)."""
     settings = Settings.from_env()
@@ -271,6 +277,7 @@ def status(
         dense = embedding.dense_available(gk)
         lags = embedding.lag(gk) if dense else []
         replication = replicas.replication_status(gk, tuple(replica or ()))
+        outbound = _outbound_status(gk)
     lag_alerts = [a for a in (_lag_alert(lag, alert_s, alert_chunks) for lag in lags) if a]
     replica_alerts = replication.alerts(replay_lag_alert_s, fence_alert)
     if as_json:
@@ -282,10 +289,12 @@ def status(
         body["dense"] = {"available": dense, "lag": [json.loads(lag.model_dump_json()) for lag in lags],
                          "alerts": lag_alerts}
         body["replication"] = {**replication.model_dump(), "alerts": replica_alerts}
+        body["outbound"] = outbound
         sys.stdout.write(json.dumps(body) + "\n")
     else:
         _print_status(st, due, workers, outdated, dense, lags, lag_alerts)
         _print_replication(replication, replica_alerts)
+        _print_outbound(outbound)
     if check and (lag_alerts or replica_alerts):
         raise typer.Exit(1)
 
@@ -335,14 +344,43 @@ def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHe
         out.print("embeddings        no embedding model (groundkit models add)", highlight=False)
     for lag in lags:
         oldest = f", the oldest waiting {dense_cli._age(lag.oldest_age_s)}" if lag.missing else ""
-        out.print(f"embeddings        {lag.model} ({lag.state}): {lag.missing:,} chunk(s) unembedded{oldest}",
-                  highlight=False)
+        withheld = (f"; {lag.withheld:,} withheld by the outbound policy (BM25-only)" if lag.withheld else "")
+        out.print(f"embeddings        {lag.model} ({lag.state}): {lag.missing:,} chunk(s) unembedded{oldest}"
+                  f"{withheld}", highlight=False)
     for alert in alerts:
         err.print(f"[bold red]ALERT[/] embedding lag: {escape(alert)}", highlight=False)
     for w in workers or (None,):
         out.print(f"worker            {_worker_line(w)}", highlight=False)
     for d in due:
         out.print(f"due: {d.reason}: the worker's next pass, or groundkit worker --once", highlight=False)
+
+
+def _outbound_status(gk: Groundkit) -> dict[str, object]:
+    """The outbound policy in force and the gate's decisions of the last day (docs/outbound.md)."""
+    from datetime import timedelta
+
+    from groundkit.cli.outbound import decision_rows
+    from groundkit.outbound.policy import current_policy
+
+    version = current_policy(gk)
+    rows = decision_rows(gk, datetime.now(UTC) - timedelta(days=1))
+    return {"policy": json.loads(version.model_dump_json(exclude={"changed"})),
+            "decisions_1d": [{**r, "last_at": r["last_at"].isoformat()} for r in rows]}
+
+
+def _print_outbound(outbound: dict[str, object]) -> None:
+    from groundkit.cli.outbound import print_policy
+    from groundkit.outbound.policy import PolicyVersion
+
+    print_policy(PolicyVersion.model_validate(outbound["policy"]))
+    rows = cast(list[dict[str, object]], outbound["decisions_1d"])
+    sent = sum(cast(int, r["calls"]) for r in rows if r["decision"] == "sent")
+    refused = [r for r in rows if r["decision"] == "refused"]
+    line = f"outbound calls    last 24 h: {sent:,} sent"
+    if refused:
+        rules = ", ".join(f"{r['rule']} {r['calls']}" for r in refused)
+        line += f", {sum(cast(int, r['calls']) for r in refused):,} refused ({rules})"
+    out.print(line, highlight=False, soft_wrap=True)
 
 
 def _print_replication(rep: replicas.ReplicationStatus, alerts: list[str]) -> None:

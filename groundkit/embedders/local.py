@@ -105,7 +105,11 @@ class LocalProvider:
         return vectors.tolist(), tokens
 
     def embed_array(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.float32], int]:
-        """The vectors as one float32 array (row i: text i), and the tokens embedded."""
+        """The vectors as one float32 array (row i: text i), and the tokens embedded. Only inside
+        the outbound gate (:func:`groundkit.outbound.gate.send`), like every provider."""
+        from groundkit.outbound.gate import require_ticket
+
+        require_ticket("the local embedding model", None)
         xp = self._np
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         lengths = xp.fromiter((len(e.ids) for e in encodings), dtype=xp.int64, count=len(encodings))
