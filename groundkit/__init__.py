@@ -3,11 +3,13 @@
 from groundkit.client import Groundkit, connect, resolve_dsn
 from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
+    AuditFailure,
     ConfigError,
     ContextBudgetTooSmall,
     CutoverRefused,
     DatabaseUnavailable,
     EmbeddingProviderError,
+    GateRefused,
     GroundkitError,
     InvalidArgument,
     InvariantViolation,
@@ -16,6 +18,7 @@ from groundkit.errors import (
     PgvectorMissing,
     ReaderNotAllowed,
     Unauthenticated,
+    Uncertified,
     UnknownContentType,
     UnknownFlow,
     UnknownModel,
@@ -49,6 +52,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AssembledContext",
+    "AuditFailure",
     "Citation",
     "ConfigError",
     "ContentObject",
@@ -59,6 +63,7 @@ __all__ = [
     "Due",
     "EmbeddingProviderError",
     "FencedPool",
+    "GateRefused",
     "Groundkit",
     "GroundkitError",
     "HomeItem",
@@ -78,6 +83,7 @@ __all__ = [
     "Segment",
     "Space",
     "Unauthenticated",
+    "Uncertified",
     "UnknownContentType",
     "UnknownFlow",
     "UnknownModel",

@@ -29,7 +29,7 @@ def pair() -> Iterator[replica_pair.ReplicaPair]:
     except replica_pair.Unavailable as exc:
         pytest.skip(f"no server binaries for a primary and standby: {exc}")
     with made:
-        groundkit.migrate(made.primary_dsn)
+        groundkit.migrate(made.primary_dsn, gate=False)
         with Groundkit.connect(made.primary_dsn) as gk:
             gk.put_member("ana", "T1")
             gk.put_space("commons", "T0")

@@ -210,7 +210,7 @@ def main(argv: Sequence[str]) -> int:
         collection = load_collection(path)
         log(f"{collection.name}: loading and embedding")
         dsn = fresh_database(server, DATABASE)
-        groundkit.migrate(dsn)
+        groundkit.migrate(dsn, gate=False)
         load_into_groundkit(dsn, collection, chunk_chars=args.chunk_chars, chunk_overlap=args.chunk_overlap)
         prepare_dense(dsn, args.embedding_cache)
         leg = legs(dsn, collection)

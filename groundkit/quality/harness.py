@@ -180,7 +180,7 @@ def run_quality(
                 import groundkit
 
                 dsn = fresh_database(server_dsn, DATABASE)
-                groundkit.migrate(dsn)
+                groundkit.migrate(dsn, gate=False)
                 load_into_groundkit(dsn, collection, progress)
             if arm in DENSE_ARMS:
                 if dense is None:
