@@ -136,7 +136,9 @@ def check_signature(document: Mapping[str, Any], key: Ed25519PublicKey) -> None:
     sig = document.get("signature")
     if not isinstance(sig, dict) or sig.get("algorithm") != "ed25519" or not isinstance(sig.get("value"), str):
         raise AuditFailure("no Ed25519 signature")
-    if sig.get("key_id") != key_id(key):
+    if set(sig) != {"algorithm", "key_id", "public_key", "value"}:
+        raise AuditFailure("the signature block was changed")
+    if sig.get("key_id") != key_id(key) or sig.get("public_key") != _raw_public(key).hex():
         raise AuditFailure(f"signed by key {sig.get('key_id')!r}, not by the key given ({key_id(key)})")
     body = {k: v for k, v in document.items() if k != "signature"}
     try:

@@ -301,7 +301,7 @@ $replicas$;
 
 -- Governance (sql/089_governance.sql, docs/governance.md): every role may ask whether the
 -- configuration serving readers is certified; the auditor reads the ledger and the audit chain.
--- Writing the ledger (record_gate) is the owner's alone.
+-- Writing the ledger (record_gate) is the owner's alone; the chain is written by its trigger.
 do $governance$
 declare
     fn text;
@@ -313,7 +313,10 @@ begin
         'groundkit.audit_entries(bigint, integer)',
         'groundkit.audit_unchained()',
         'groundkit.audit_rows(uuid, bigint)',
-        'groundkit.gate_ledger_rows(integer)'
+        'groundkit.gate_ledger_rows(integer)',
+        -- the chain's deferred trigger: it fires at commit, where (before PostgreSQL 16) it runs as
+        -- the session's role, not as the function that inserted the row
+        'groundkit._audit_chain_row()'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
     end loop;

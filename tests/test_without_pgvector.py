@@ -22,6 +22,7 @@ import groundkit
 from groundkit import Groundkit, PgvectorMissing
 from groundkit.dense import build_hnsw_index
 from groundkit.errors import from_psycopg
+from tests.governance_helpers import certify
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -99,6 +100,7 @@ def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: st
         assert done.returncode == 1, (args, done.stderr)
         assert "error [GK008]" in done.stderr and "pgvector" in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
+    certify(pg15_dsn)  # (status --check also alerts on an uncertified configuration)
     status = subprocess.run([*cli, "status", "--check", "--dsn", pg15_dsn], capture_output=True, text=True,
                             timeout=120)
     assert status.returncode == 0, status.stderr

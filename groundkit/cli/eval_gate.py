@@ -85,7 +85,8 @@ def gate(
     if change is not None:
         gov.say_change("eval gate", change)
     else:
-        err.print(f"not recorded in a gate ledger (configuration {evidence.config_hash[:16]})", highlight=False)
+        err.print(f"not recorded in a gate ledger (configuration {evidence.config_hash[:16]})", highlight=False,
+                  soft_wrap=True)
     if bundle is not None:
         assert signing is not None
         if target is not None and change is not None and change.ledger_id is not None:
@@ -94,7 +95,8 @@ def gate(
         else:
             doc = audit.gate_bundle(evidence, signing)
         audit.write_json(bundle, doc)
-        err.print(f"evidence bundle written to {bundle} (signed by key {doc['signature']['key_id']})", highlight=False)
+        err.print(f"evidence bundle written to {bundle} (signed by key {doc['signature']['key_id']})",
+                  highlight=False, soft_wrap=True)
     if not summary.ok:
         raise typer.Exit(1)
 

@@ -72,7 +72,7 @@ def gate_output(tap: Path | None) -> Iterator[io.StringIO]:
 
 
 def section_progress(section: str) -> None:
-    err.print(f"[dim]gate: section {section}...[/]", highlight=False)
+    err.print(f"[dim]gate: section {section}...[/]", highlight=False, soft_wrap=True)
 
 
 def say_change(what: str, change: deployment.GatedChange) -> None:
@@ -132,7 +132,7 @@ def keygen(
         f.write(private)
     public_key.write_bytes(public)
     out.print(f"key {audit.key_id(audit.load_public_key(public_key))}: private {private_key} (0600), "
-              f"public {public_key}", highlight=False)
+              f"public {public_key}", highlight=False, soft_wrap=True)
 
 
 @app.command("checkpoint")
@@ -152,7 +152,8 @@ def checkpoint(
         doc = audit.make_checkpoint(gk, signing)
     if output is not None:
         audit.write_json(output, doc)
-        err.print(f"checkpoint #{doc['seq']} of chain {doc['chain_id'][:16]} written to {output}", highlight=False)
+        err.print(f"checkpoint #{doc['seq']} of chain {doc['chain_id'][:16]} written to {output}", highlight=False,
+                  soft_wrap=True)
     else:
         sys.stdout.write(audit.canonical(doc).decode("utf-8") + "\n")
 
@@ -189,18 +190,18 @@ def verify(
     else:
         out.print(f"chain {report.chain_id[:16]}: {report.entries:,} entries, head #{report.head_seq} "
                   f"{report.head_hash[:16]}; {report.pruned:,} pruned entr(ies) accounted for by tombstones",
-                  highlight=False)
+                  highlight=False, soft_wrap=True)
         for line in report.checkpoints:
-            out.print(line, highlight=False)
+            out.print(line, highlight=False, soft_wrap=True)
         if report.ok:
             out.print("[green]verified[/]: every link holds")
         else:
             first = report.first_break
             assert first is not None
-            err.print(f"[bold red]BROKEN[/] first broken link: {escape(first.what)}", highlight=False)
+            err.print(f"[bold red]BROKEN[/] first broken link: {escape(first.what)}", highlight=False, soft_wrap=True)
             for p in report.problems:
                 if p is not first:
-                    err.print(f"  also: {escape(p.what)}", highlight=False)
+                    err.print(f"  also: {escape(p.what)}", highlight=False, soft_wrap=True)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -226,9 +227,10 @@ def verify_bundle(
         sys.stdout.write(json.dumps({"ok": True, "kind": report.kind, "digest": report.digest,
                                      "checked": list(report.checked)}) + "\n")
         return
-    out.print(f"[green]verified[/] {report.kind} bundle {bundle} (sha256 {report.digest[:16]})", highlight=False)
+    out.print(f"[green]verified[/] {report.kind} bundle {bundle} (sha256 {report.digest[:16]})", highlight=False,
+              soft_wrap=True)
     for line in report.checked:
-        out.print(f"  {escape(line)}", highlight=False)
+        out.print(f"  {escape(line)}", highlight=False, soft_wrap=True)
 
 
 @app.command("ledger")
