@@ -308,6 +308,8 @@ def _check_prunes(missing: dict[int, tuple[str, str]], tombstones: Iterable[Mapp
     """Every entry whose row is gone must be one a later prune tombstone names, with its counts."""
     claimed: set[int] = set()
     for t in tombstones:
+        if t["pruned_seqs"] is None:
+            continue  # a prune from before the chain existed: the rows it deleted were never chained
         seqs = {n for lo, hi in parse_multirange(t["pruned_seqs"]) for n in range(lo, hi + 1)}
         runs = sum(1 for n in seqs if missing.get(n, ("",))[0] == "run")
         searches = sum(1 for n in seqs if missing.get(n, ("",))[0] == "search")

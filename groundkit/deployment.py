@@ -28,7 +28,6 @@ import hashlib
 import io
 import json
 import socket
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from importlib import resources
@@ -41,7 +40,7 @@ from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict
 
 from groundkit.dsn import connect
-from groundkit.errors import CutoverRefused, GateRefused, GroundkitError, InvalidArgument, from_psycopg
+from groundkit.errors import CutoverRefused, GateRefused, InvalidArgument, from_psycopg
 
 if TYPE_CHECKING:
     from groundkit.embedders import EmbeddingModel
@@ -465,10 +464,9 @@ def gated_migrate(dsn: str, *, skip_reason: str | None = None, certificate: Path
                                   reason=bypass)
     with _connection(dsn) as real, GateDatabases(gate_dsn or dsn) as dbs:
         ledgered = has_ledger(real)
-        with _connection(dbs.dsn_for(dbs.template)) as template:
-            data = _data_components(real, template)
         model = _model_of(_active_model_row(real))
         with _connection(dbs.dsn_for(dbs.template)) as template:
+            data = _data_components(real, template)
             target = {**template_code(dbs), **data, "embedding_model": _model_component(template, model)}
         basis = _certified_row(real) if ledgered else None
         reuse = _certified_row(real, config_hash(target)) if ledgered else None
@@ -601,12 +599,7 @@ def gate_target(dsn: str | None, dbs: GateDatabases) -> tuple[Config, EmbeddingM
             return _data_components(real, template), _model_of(_active_model_row(real))
 
 
-def print_refusal_hint(stream: TextIO = sys.stderr) -> None:
-    stream.write("groundkit: a failing gate means the change would let a reader see what they may not; "
-                 "fix it, or, knowingly, --skip-gate --reason TEXT (recorded in the ledger)\n")
-
-
 __all__ = ["CUTOVER_SECTIONS", "MIGRATE_SECTIONS", "TRIGGERS", "DeploymentStatus", "GateEvidence", "GatedChange",
-           "GroundkitError", "LedgerRow", "config_hash", "fixture_digest", "gate_target", "gated_cutover",
+           "LedgerRow", "config_hash", "fixture_digest", "gate_target", "gated_cutover",
            "gated_migrate", "ledger", "record_gate_run", "required_sections", "run_sections", "status",
            "verdict_of"]

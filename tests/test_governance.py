@@ -705,3 +705,30 @@ def test_a_gate_bundle_from_eval_gate_verifies_offline(
     audit.write_json(bundle, doc)
     with pytest.raises(AuditFailure, match="the signature does not match"):
         audit.verify_bundle_file(bundle, audit.load_public_key(public))
+
+
+def test_an_upgrade_chains_the_runs_recorded_before_the_chain_existed(empty_dsn: str) -> None:
+    """A database at revision 0024 with runs, searches and a prune tombstone: the migration to the
+    chain adopts them after the genesis entry, each run's searches before its header, and verify
+    holds (the old tombstone names no entries: what it pruned was never chained)."""
+    from tests.conftest import upgrade_revisions_only
+
+    upgrade_revisions_only(empty_dsn, "0024")
+    old = [uuid.uuid4(), uuid.uuid4()]
+    with _owner(empty_dsn) as conn:
+        for i, run_id in enumerate(old):
+            conn.execute("insert into groundkit.runs (run_id, flow, reader_sub, recorded_at) values"
+                         " (%s, 'tutor', 't2', now() - make_interval(days => %s))", (run_id, 10 - i))
+            conn.execute("insert into groundkit.run_searches (run_id, search_no, reader_sub, query, mode, params,"
+                         " log_marker, snapshot, hits) values (%s, 1, 't2', 'kiln', 'bm25', '{}', 0,"
+                         " pg_current_snapshot(), '[]')", (run_id,))
+        conn.execute("insert into groundkit.runs (run_id, kind, pruned_runs, pruned_searches, pruned_before)"
+                     " values (%s, 'pruned', 3, 5, now() - interval '30 days')", (uuid.uuid4(),))
+    groundkit.migrate(empty_dsn, gate=False)
+    kinds = [(e["kind"], e["run_id"]) for e in _entries(empty_dsn)]
+    assert kinds[0][0] == "genesis" and [k for k, _ in kinds[1:]] == ["search", "run", "search", "run", "prune"]
+    assert [r for _, r in kinds[1:5]] == [old[0], old[0], old[1], old[1]]
+    report = _verify(empty_dsn)
+    assert report.ok, report.problems
+    groundkit.migrate(empty_dsn, gate=False)  # once: a second migrate adopts nothing again
+    assert len(_entries(empty_dsn)) == 6

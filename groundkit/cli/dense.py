@@ -175,12 +175,13 @@ def cutover(
     tap: gov.TapOption = None,
     dsn: DsnOption = None,
 ) -> None:
-    """Make MODEL the active embedding model, in one transaction; refused while its lag is not
-    zero, unless --force. Behind the permission gate: first the golden set (its downgrade and
-    stale-metadata steps among them) runs through dense and hybrid search embedding with MODEL, on
-    a throwaway database; the switch happens only if it passes, and the verdict goes into the gate
-    ledger (docs/governance.md). Cutting over to a model already certified here (a rollback) reuses
-    its certificate."""
+    """Make MODEL the active embedding model, in one transaction, behind the permission gate;
+    refused while its lag is not zero, unless --force.
+
+    First the golden set (its downgrade and stale-metadata steps among them) runs through dense
+    and hybrid search embedding with MODEL, on a throwaway database; the switch happens only if it
+    passes, and the verdict goes into the gate ledger (docs/governance.md). Cutting over to a
+    model already certified here (a rollback) reuses its certificate."""
     bypass = gov.skip_reason(skip_gate, reason)
     target = resolve_dsn(dsn)
     with gov.gate_output(tap) as buf:

@@ -102,9 +102,11 @@ def migrate(
     tap: gov.TapOption = None,
 ) -> None:
     """Create or upgrade the groundkit schema (Alembic upgrade head + replaceable SQL), behind the
-    permission gate: first the gate's migrate sections run on a throwaway database at the target
-    revision on the same server, and only if they pass is the database touched. The verdict goes
-    into the gate ledger (docs/governance.md). A configuration already certified is not gated again."""
+    permission gate.
+
+    First the gate's migrate sections run on a throwaway database at the target revision on the
+    same server, and only if they pass is the database touched. The verdict goes into the gate
+    ledger (docs/governance.md). A configuration already certified is not gated again."""
     if sql:
         sys.stdout.write(groundkit.migration_sql())
         return
