@@ -282,7 +282,10 @@ as $$
                   || convert_to(_audit_entry_hash.ref, 'UTF8') || _audit_entry_hash.row_hash)
 $$;
 
--- Append one entry after the head (taking the head's lock until this transaction ends).
+-- Append one entry after the head, taking the head's lock (a row lock on the genesis entry, held
+-- until the transaction ends; taking it again in the same transaction costs nothing). The head is
+-- read from the index every time: a cache the session could set would let it fork the chain, and
+-- it saved nothing measurable (docs/journal/audit-chain.md).
 create or replace function groundkit._audit_link(p_kind text, p_run_id uuid, p_search_no integer,
                                                  p_ledger_id bigint, p_row_hash bytea)
 returns void
@@ -290,21 +293,28 @@ language plpgsql
 set search_path = pg_catalog, pg_temp
 as $$
 declare
-    head record;
+    head_seq bigint;
+    head_hash bytea;
+    h bytea;
 begin
     perform 1 from groundkit.audit_chain c where c.seq = 0 for update;
     if not found then
         raise exception 'the audit chain has no genesis entry; run groundkit migrate' using errcode = 'GK022';
     end if;
-    select c.seq, c.hash into head from groundkit.audit_chain c order by c.seq desc limit 1;
+    select c.seq, c.hash into head_seq, head_hash from groundkit.audit_chain c order by c.seq desc limit 1;
+    h := sha256(head_hash || int8send(head_seq + 1)
+                || convert_to(p_kind || ':' || case p_kind
+                                  when 'search' then p_run_id::text || '/' || p_search_no::text
+                                  when 'gate' then p_ledger_id::text
+                                  else p_run_id::text end, 'UTF8')
+                || p_row_hash);
     insert into groundkit.audit_chain (seq, kind, run_id, search_no, ledger_id, row_hash, prev_hash, hash)
-    values (head.seq + 1, p_kind, p_run_id, p_search_no, p_ledger_id, p_row_hash, head.hash,
-            groundkit._audit_entry_hash(head.hash, head.seq + 1,
-                                        groundkit._audit_ref(p_kind, p_run_id, p_search_no, p_ledger_id), p_row_hash));
+    values (head_seq + 1, p_kind, p_run_id, p_search_no, p_ledger_id, p_row_hash, head_hash, h);
 end
 $$;
 
--- The deferred trigger on runs, run_searches and gate_ledger.
+-- The deferred trigger on runs, run_searches and gate_ledger (the row's hash computed inline:
+-- this is every run's commit path).
 create or replace function groundkit._audit_chain_row() returns trigger
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -314,17 +324,16 @@ set bytea_output = 'hex'
 set IntervalStyle = 'postgres'
 as $$
 declare
-    h bytea := groundkit._audit_row_hash(to_jsonb(new));
+    h bytea := sha256(convert_to(jsonb_strip_nulls(to_jsonb(new))::text, 'UTF8'));
 begin
-    case tg_table_name
-        when 'runs' then
-            perform groundkit._audit_link(case when new.kind = 'pruned' then 'prune' else 'run' end,
-                                          new.run_id, null, null, h);
-        when 'run_searches' then
-            perform groundkit._audit_link('search', new.run_id, new.search_no, null, h);
-        when 'gate_ledger' then
-            perform groundkit._audit_link('gate', null, null, new.id, h);
-    end case;
+    if tg_table_name = 'run_searches' then
+        perform groundkit._audit_link('search', new.run_id, new.search_no, null, h);
+    elsif tg_table_name = 'runs' then
+        perform groundkit._audit_link(case when new.kind = 'pruned' then 'prune' else 'run' end,
+                                      new.run_id, null, null, h);
+    else
+        perform groundkit._audit_link('gate', null, null, new.id, h);
+    end if;
     return null;
 end
 $$;

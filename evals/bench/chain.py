@@ -12,6 +12,9 @@ one server, measured in the same run:
   and mean (a run around one search writes two entries: its search and its header). Twice: with
   synchronous_commit off on both connections (the chain's own work, without the disk's flush time,
   which moves with the neighbours' writes on a shared host), then as shipped;
+- server side: ``--batch`` runs (a header and one search of ten hits) written by one statement
+  with the chain's triggers fired at its end, on and off: the chain's own work per run, without
+  the round trips, the search and the disk, whose noise on a busy host hides a millisecond;
 - ``--clients`` concurrent clients doing such runs for ``--seconds`` on each copy in turn: runs per
   second and the latency percentiles, with and without the chain. The chain links entries in
   commit order, taking the genesis entry's row lock at commit: committing runs take turns there
@@ -115,6 +118,50 @@ def one_client(on: str, off: str, queries: Sequence[str], k: int, repeat: int, *
     return lines
 
 
+_BATCH = """
+with r as (
+    insert into groundkit.runs (run_id, flow, reader_sub, reader_tier, reader_status, model, prompt_version,
+                                started_at, log_marker, snapshot)
+    select gen_random_uuid(), 'home', 'r100', 'T3', 'active', 'm-1', 'p@1', now(), 0, pg_current_snapshot()
+      from generate_series(1, %(n)s)
+    returning run_id)
+insert into groundkit.run_searches (run_id, search_no, reader_sub, reader_tier, reader_status, reader_rank, query,
+                                    mode, params, log_marker, snapshot, hits)
+select r.run_id, 1, 'r100', 'T3', 'active', 3, 'a query of a few words', 'bm25',
+       '{"k": 10, "space_ids": null, "content_types": null}', 0, pg_current_snapshot(), %(hits)s::jsonb
+  from r
+"""
+
+
+def server_side(on: str, off: str, n: int, repeat: int) -> list[str]:
+    """The chain's own work per run, without round trips or the search: ``n`` runs (a header and
+    one search with ten hits as run_search records them) inserted by one statement, the chain's
+    triggers fired at its end (constraints immediate), on and off, alternating; rolled back."""
+    best = {on: float("inf"), off: float("inf")}
+    with psycopg.connect(on) as c:
+        row = c.execute("select hits::text from groundkit.run_searches where jsonb_array_length(hits) = 10"
+                        " limit 1").fetchone()
+    hits = row[0] if row else "[]"
+    conns = {dsn: psycopg.connect(dsn) for dsn in (on, off)}
+    try:
+        for i in range(repeat):
+            for dsn in ((on, off) if i % 2 == 0 else (off, on)):
+                conn = conns[dsn]
+                conn.execute("set constraints all immediate")
+                t0 = time.perf_counter()
+                conn.execute(_BATCH, {"n": n, "hits": hits})
+                best[dsn] = min(best[dsn], time.perf_counter() - t0)
+                conn.rollback()
+    finally:
+        for conn in conns.values():
+            conn.close()
+    per_on, per_off = best[on] / n * 1e6, best[off] / n * 1e6
+    return ["", f"server side, {n:,} runs (a header and one search of 10 hits each) in one statement, the chain's "
+                f"triggers fired at its end, fastest of {repeat}: {per_off:.0f} us per run without the chain, "
+                f"{per_on:.0f} us with it: the chain's work is {per_on - per_off:.0f} us per run "
+                f"({(per_on - per_off) / 2:.0f} us per entry)"]
+
+
 def clients(dsn: str, queries: Sequence[str], k: int, n: int, seconds: float) -> tuple[float, list[float]]:
     """Runs per second and each run's ms, ``n`` clients for ``seconds``."""
     times: list[float] = []
@@ -163,11 +210,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--clients", type=int, nargs="*", default=[1, 4, 8])
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--batch", type=int, default=2000, help="runs per statement in the server-side measurement")
     ap.add_argument("--seed", type=int, default=7)
     args = ap.parse_args(argv)
     with server(args.dsn) as server_dsn, databases(server_dsn, args) as (on, off, queries):
         lines = one_client(on, off, queries, args.k, args.repeat, flushed=False)
         lines += ["", *one_client(on, off, queries, args.k, args.repeat, flushed=True)]
+        lines += server_side(on, off, args.batch, max(args.repeat, 3))
         if args.clients:
             lines += concurrent(on, off, queries, args.k, args.clients, args.seconds)
         with Groundkit.connect(on) as gk:
