@@ -10,9 +10,10 @@ Measured in one run on one server, each change against the same change without i
   migrate sections there, then the migration and its ledger row); then the gated migrate again,
   which reuses the certificate (the template is still made, to learn the target's configuration);
 - ``cutover``: a small world embedded by two definitions of the local model (all-MiniLM-L6-v2, the
-  ``titled`` and the ``text`` recipe), the switch from one to the other bare
-  (``model_swap.cutover``) and gated (``gated_cutover``: the golden set through dense and hybrid
-  search, embedding with the new model), and the gated rollback, which reuses the certificate.
+  ``titled`` and the ``text`` recipe), in the bare database switched bare (``model_swap.cutover``)
+  and in the gated one (certified by its gated migrate) through ``gated_cutover`` (the golden set
+  through dense and hybrid search, embedding with the new model): to the first model, to the
+  other, and back to the first, which reuses its certificate.
 
 Needs the local model's export (``groundkit embed`` makes it once; docs/embeddings.md).
 """
@@ -23,6 +24,7 @@ import argparse
 import io
 import os
 import sys
+import time
 from collections.abc import Sequence
 
 import psycopg
@@ -36,7 +38,22 @@ def _load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def migrate_times(server_dsn: str) -> list[str]:
+def _world(dsn: str, models: bool) -> None:
+    """A small world, and (``models``) two definitions of the local model embedding it."""
+    from groundkit.embedders import embedder_for
+
+    with Groundkit.connect(dsn) as gk:
+        gk.put_member("m", "T1")
+        gk.put_space("open", "T0")
+        for i in range(20):
+            gk.put_object(f"o{i}", 1, "board_post", "open", "T0", f"Post {i}", f"kiln glaze note number {i}")
+        for name, recipe in (("minilm-titled", "titled"), ("minilm-text", "text")) if models else ():
+            model_swap.add_model(gk, name=name, provider="local", dimension=384, distance="cosine", recipe=recipe)
+            m = embedding.get_model(gk, name)
+            embedding.embed_pending(gk, m, embedder_for(m))
+
+
+def measure(server_dsn: str, cutover: bool) -> list[str]:
     lines = ["| change | bare s | gated s | gated / bare | verdict |", "|---|---:|---:|---:|---|"]
     with scratch_db(server_dsn, "bh_gated_a") as a, scratch_db(server_dsn, "bh_gated_b") as b:
         for dsn in (a, b):  # back to empty: scratch_db migrates its databases
@@ -48,37 +65,25 @@ def migrate_times(server_dsn: str) -> list[str]:
         lines.append(f"| migrate, empty database | {bare:.1f} | {gated:.1f} | {gated / bare:.0f}x | {change.verdict} |")
         again, (_, reuse) = timed(lambda: deployment.gated_migrate(b, out=io.StringIO()))
         lines.append(f"| migrate again (certificate reused) | - | {again:.1f} | - | {reuse.verdict} |")
-    return lines
-
-
-def cutover_times(server_dsn: str) -> list[str]:
-    from groundkit.embedders import embedder_for
-
-    lines = []
-    with scratch_db(server_dsn, "bh_gated_c") as dsn:
-        with Groundkit.connect(dsn) as gk:
-            gk.put_member("m", "T1")
-            gk.put_space("open", "T0")
-            for i in range(20):
-                gk.put_object(f"o{i}", 1, "board_post", "open", "T0", f"Post {i}", f"kiln glaze note number {i}")
-            for name, recipe in (("minilm-titled", "titled"), ("minilm-text", "text")):
-                model_swap.add_model(gk, name=name, provider="local", dimension=384, distance="cosine", recipe=recipe)
-                m = embedding.get_model(gk, name)
-                embedding.embed_pending(gk, m, embedder_for(m))
-            model_swap.cutover(gk, "minilm-titled")
-            bare_to, _ = timed(lambda: model_swap.cutover(gk, "minilm-text"))
-            bare_back, _ = timed(lambda: model_swap.cutover(gk, "minilm-titled"))
-        deployment.gated_cutover(dsn, "minilm-titled", skip_reason="benchmark: the starting point")
-        log(f"bare cutovers {bare_to * 1000:.0f} / {bare_back * 1000:.0f} ms; the gated one (load {_load()})...")
-        gated, (_, change) = timed(lambda: deployment.gated_cutover(dsn, "minilm-text", out=io.StringIO()))
-        back, (_, reuse) = timed(lambda: deployment.gated_cutover(dsn, "minilm-titled", out=io.StringIO()))
-        forth, (_, reuse2) = timed(lambda: deployment.gated_cutover(dsn, "minilm-text", out=io.StringIO()))
-        lines.append(f"| cutover to another model | {bare_to:.3f} | {gated:.1f} | {gated / bare_to:.0f}x | "
-                     f"{change.verdict} ({change.summary['checks'] if change.summary else '-'} checks) |")
-        lines.append(f"| rollback (the starting point was a bypass: gated again) | {bare_back:.3f} | {back:.1f} | "
-                     f"- | {reuse.verdict} |")
-        lines.append(f"| cutover to the certified model again (certificate reused) | - | {forth:.1f} | - | "
-                     f"{reuse2.verdict} |")
+        if not cutover:
+            return lines
+        _world(a, models=True)
+        _world(b, models=True)
+        with Groundkit.connect(a) as gk:
+            bare_first, _ = timed(lambda: model_swap.cutover(gk, "minilm-titled"))
+            bare_swap, _ = timed(lambda: model_swap.cutover(gk, "minilm-text"))
+        log(f"bare cutovers {bare_first * 1000:.0f} / {bare_swap * 1000:.0f} ms; the gated ones (load {_load()})...")
+        rows = []
+        for label, model, bare_s in (("cutover to the first model", "minilm-titled", bare_first),
+                                     ("cutover to another model", "minilm-text", bare_swap),
+                                     ("rollback to the first (certificate reused)", "minilm-titled", None)):
+            t0 = time.perf_counter()
+            _, change = deployment.gated_cutover(b, model, out=io.StringIO())
+            seconds = time.perf_counter() - t0
+            checks = f", {change.summary['checks']} checks" if change.summary else ""
+            rows.append(f"| {label} | {'-' if bare_s is None else f'{bare_s:.3f}'} | {seconds:.1f} | "
+                        f"{'-' if bare_s is None else f'{seconds / bare_s:.0f}x'} | {change.verdict}{checks} |")
+        lines += rows
     return lines
 
 
@@ -91,9 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     with server(args.dsn) as server_dsn:
         lines = [f"load average at the start: {_load()} ({os.cpu_count()} CPUs)", ""]
-        lines += migrate_times(server_dsn)
-        if not args.no_cutover:
-            lines += cutover_times(server_dsn)
+        lines += measure(server_dsn, cutover=not args.no_cutover)
         if args.full_gate:
             from groundkit.gate.runner import run_gate
 
