@@ -100,8 +100,9 @@ as $$
         'embedding_model', (select groundkit.model_component(m.name, m.provider, m.dimension, m.distance, m.recipe,
                                                              m.options)
                               from groundkit.embedding_models m where m.active),
-        -- HOOK (outbound gate, issue 51 part 2): the active outbound policy's version and hash, e.g.
-        -- 'outbound_policy', (select p.version || '@' || p.digest from groundkit.outbound_policy ... ),
+        -- HOOK (outbound gate, issue 51 part 2; the lead wires it at merge): the hash of the policy in
+        -- force, which names its content (two versions alike are one configuration), i.e.
+        --     'outbound_policy', groundkit.outbound_policy_hash()
         'outbound_policy', null::text
     )
 $$;
