@@ -3,11 +3,13 @@
 from groundkit.client import Groundkit, connect, resolve_dsn
 from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
+    AuditFailure,
     ConfigError,
     ContextBudgetTooSmall,
     CutoverRefused,
     DatabaseUnavailable,
     EmbeddingProviderError,
+    GateRefused,
     GroundkitError,
     InvalidArgument,
     InvariantViolation,
@@ -21,6 +23,7 @@ from groundkit.errors import (
     SampleRefused,
     ScratchDatabaseInUse,
     Unauthenticated,
+    Uncertified,
     UnknownContentType,
     UnknownFlow,
     UnknownModel,
@@ -54,6 +57,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AssembledContext",
+    "AuditFailure",
     "Citation",
     "ConfigError",
     "ContentObject",
@@ -64,6 +68,7 @@ __all__ = [
     "Due",
     "EmbeddingProviderError",
     "FencedPool",
+    "GateRefused",
     "Groundkit",
     "GroundkitError",
     "HomeItem",
@@ -88,6 +93,7 @@ __all__ = [
     "Segment",
     "Space",
     "Unauthenticated",
+    "Uncertified",
     "UnknownContentType",
     "UnknownFlow",
     "UnknownModel",

@@ -190,6 +190,28 @@ class DatabaseBusy(GroundkitError):
     sqlstate = "GK019"
 
 
+class GateRefused(GroundkitError):
+    """A change (``groundkit migrate``, ``groundkit cutover``) refused because the permission gate
+    failed on it, could not run, or a certificate offered for it does not certify it; nothing was
+    changed (GK020; docs/governance.md)."""
+
+    sqlstate = "GK020"
+
+
+class Uncertified(GroundkitError):
+    """The configuration serving readers has no passing gate certificate (none, a failure, or a
+    bypass): ``groundkit serve`` refuses to start on it without ``--allow-ungated`` (GK021)."""
+
+    sqlstate = "GK021"
+
+
+class AuditFailure(GroundkitError):
+    """The audit chain, a checkpoint or an evidence bundle does not verify: a link is broken, a
+    checkpoint is not a prefix of today's history, a signature or a digest does not match (GK022)."""
+
+    sqlstate = "GK022"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -216,6 +238,9 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK023": OutboundRefused,
     "GK024": LlmProviderError,
     "GK025": OutboundPolicyInvalid,
+    "GK020": GateRefused,
+    "GK021": Uncertified,
+    "GK022": AuditFailure,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

@@ -3,8 +3,11 @@
 :func:`add_model` registers a model; :func:`start_reindex` marks it being built, so the worker
 embeds it beside the active one while search keeps serving the active one; :func:`shadow_compare`
 runs the same queries on both; :func:`cutover` makes it active in one transaction (refused while
-its lag is not zero, unless forced) and, run with the old model, rolls back. After a cutover the
-permission gate must run again (``groundkit eval gate``).
+its lag is not zero, unless forced) and, run with the old model, rolls back.
+
+:func:`cutover` here is the bare switch: the configuration it makes is uncertified until a gate run
+certifies it. ``groundkit cutover`` (:func:`groundkit.deployment.gated_cutover`) gates the switch
+first (docs/governance.md).
 """
 
 from __future__ import annotations
@@ -23,11 +26,8 @@ from groundkit.errors import InvalidArgument
 from groundkit.models import SearchHit, SearchMode
 from groundkit.session import Session, no_nul
 
-__all__ = ["GATE_REMINDER", "QueryComparison", "ShadowQuery", "ShadowReport", "add_model", "cutover",
+__all__ = ["QueryComparison", "ShadowQuery", "ShadowReport", "add_model", "cutover",
            "read_queries", "sampled_queries", "shadow_compare", "start_reindex", "stop_reindex"]
-
-GATE_REMINDER = ("the search answers changed: run the permission gate again now (groundkit eval gate); "
-                 "a model swap is one of its triggers")
 
 
 class _Frozen(BaseModel):

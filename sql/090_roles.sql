@@ -356,3 +356,43 @@ begin
     end if;
 end
 $outbound$;
+
+-- Governance (sql/089_governance.sql, docs/governance.md): every role may ask whether the
+-- configuration serving readers is certified; the auditor reads the ledger and the audit chain.
+-- Writing the ledger (record_gate) is the owner's alone; the chain is written by its trigger.
+do $governance$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.deployment_status()',
+        'groundkit.deployment_configuration()',
+        'groundkit.audit_head()',
+        'groundkit.audit_entries(bigint, integer)',
+        'groundkit.audit_unchained()',
+        'groundkit.audit_rows(uuid, bigint)',
+        'groundkit.gate_ledger_rows(integer)',
+        -- the chain's deferred trigger: it fires at commit, where (before PostgreSQL 16) it runs as
+        -- the session's role, not as the function that inserted the row
+        'groundkit._audit_chain_row()'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+    end loop;
+    foreach fn in array array['groundkit_reader', 'groundkit_writer', 'groundkit_auditor'] loop
+        if exists (select 1 from pg_catalog.pg_roles where rolname = fn) then
+            execute format('grant usage on schema groundkit to %I', fn);
+            execute format('grant execute on function groundkit.deployment_status(), '
+                           'groundkit.deployment_configuration() to %I', fn);
+        end if;
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant execute on function
+            groundkit.audit_head(),
+            groundkit.audit_entries(bigint, integer),
+            groundkit.audit_unchained(),
+            groundkit.audit_rows(uuid, bigint),
+            groundkit.gate_ledger_rows(integer)
+        to groundkit_auditor;
+    end if;
+end
+$governance$;

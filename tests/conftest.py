@@ -87,7 +87,7 @@ def template_db(server_dsn: str) -> Iterator[str]:
     with _admin(server_dsn) as conn:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    groundkit.migrate(make_conninfo(server_dsn, dbname=name))
+    groundkit.migrate(make_conninfo(server_dsn, dbname=name), gate=False)
     yield name
     with _admin(server_dsn) as conn:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))

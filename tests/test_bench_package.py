@@ -165,6 +165,19 @@ def test_runs_times_a_run_around_a_search(server_dsn: str, capsys: pytest.Captur
     assert left == (0,)
 
 
+def test_chain_times_runs_with_and_without_the_audit_chain(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chain", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "6", "--repeat", "1",
+                 "--clients", "2", "--seconds", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "| reader | chain off p50 / mean | chain on p50 / mean | chain's overhead p50 / mean |" in out, out
+    assert len(re.findall(r"\| r(100|50|5) \| [0-9.]+ / [0-9.]+ \|", out)) == 6, out  # commit flushed or not
+    assert re.search(r"\| 2 \| \d+, [0-9.]+ / [0-9.]+ \| \d+, [0-9.]+ / [0-9.]+ \| [0-9.]+ \|", out), out
+    assert re.search(r"audit verify on the chain-on copy: [\d,]+ entries in [0-9.]+ s .*, verified", out), out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its databases are gone
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_chain_%'").fetchone()
+    assert left == (0,)
+
+
 def test_telemetry_compares_search_without_and_with_otel(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["telemetry", "--dsn", server_dsn, "--objects", "200", "--searches", "10", "--rounds", "1"]) == 0
     out = capsys.readouterr().out

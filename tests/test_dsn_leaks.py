@@ -34,9 +34,10 @@ MALFORMED = tuple(dsn for _label, dsn in MALFORMED_DSNS)
 # Commands that do not connect to the configured DSN: with GROUNDKIT_DSN set they must not
 # print it either. `db url` starts the embedded server, which the test of item 12 covers.
 NO_DSN: dict[str, list[str]] = {"db status": [], "db stop": []}
-NOT_RUN = {"db url"}
-# The servers start (and answer 503) while a readable DSN's database is down, so they run here
-# only with the DSNs libpq cannot read, which must stop them at once.
+NOT_RUN = {"db url", "audit keygen", "audit verify-bundle"}  # (no database: keys and bundles are files)
+# The servers run here only with the DSNs libpq cannot read, which must stop them at once (a
+# readable DSN's database that is down stops them too, at the gate's check; started with
+# --allow-ungated they start and answer 503: docs/governance.md).
 SERVERS: dict[str, list[str]] = {"serve mcp": ["--reader", "m1"], "serve http": ["--port", "18765"]}
 
 
@@ -120,7 +121,18 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "outbound private-origin add": [["http://10.0.0.5:11434", "--reason", "r"]],
         "outbound private-origin remove": [["http://10.0.0.5:11434", "--reason", "r"]],
         "outbound decisions": [[], ["--json"]],
+        "audit checkpoint": [["--key", str(_key(tmp / "key.pem"))]],
+        "audit verify": [[]],
+        "audit ledger": [[]],
+        "runs export": [[RUN_ID, "--bundle", str(tmp / "run.json"), "--key", str(_key(tmp / "key2.pem"))]],
     }
+
+
+def _key(path: Path) -> Path:
+    from groundkit.audit import generate_key
+
+    path.write_bytes(generate_key()[0])
+    return path
 
 
 def _commands(group: typer.Typer, prefix: str = "") -> list[str]:

@@ -13,6 +13,8 @@
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
     serve-guards  the servers' timeouts: a search under a held lock, clients that trickle, connections over the cap
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
+    chain         the audit chain's cost on a run around a search (one client, concurrent clients), and verify's
+    gated         groundkit migrate and groundkit cutover with their gate against the bare change
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
     fusion        BM25 and dense fused (RRF, score; weights, depth, match gate) on BEIR collections: nDCG@10
@@ -34,12 +36,14 @@ from collections.abc import Callable, Sequence
 
 from evals.bench import (
     ab,
+    chain,
     chunking,
     costs,
     dense,
     embed,
     embed_job,
     fusion,
+    gated,
     home,
     http,
     ingest,
@@ -73,6 +77,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "serve-guards": serve_guards.main,
     "costs": costs.main,
     "runs": runs.main,
+    "chain": chain.main,
+    "gated": gated.main,
     "telemetry": telemetry.main,
     "fusion": fusion.main,
     "embed": embed.main,

@@ -100,7 +100,7 @@ def setup_db(server_dsn: str, name: str) -> str:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
     dsn = make_conninfo(server_dsn, dbname=name)
-    groundkit.migrate(dsn)
+    groundkit.migrate(dsn, gate=False)
     return dsn
 
 

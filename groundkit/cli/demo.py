@@ -130,7 +130,9 @@ def demo(dsn: DsnOption = None) -> None:
     where = conninfo_to_dict(demo_dsn).get("host", "localhost")
     out.print(Rule("[bold]groundkit demo[/]"))
     out.print(f"Database [cyan]{DEMO_DATABASE}[/] on {where} (created afresh for this run).")
-    state = groundkit.migrate(demo_dsn)
+    # The demo's own database serves no one: migrated without the gate (docs/governance.md), so it
+    # stays uncertified, and `groundkit serve` refuses it unless started with --allow-ungated.
+    state = groundkit.migrate(demo_dsn, gate=False)
     out.print(f"Schema migrated to revision {state.head}.\n")
 
     q = str(community.demo["query"])

@@ -11,10 +11,11 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from groundkit import embedding, model_swap
+from groundkit import deployment, embedding, model_swap
+from groundkit.cli import governance as gov
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.cli.worker import progress_bars, sigterm_interrupts
-from groundkit.client import Groundkit
+from groundkit.client import Groundkit, resolve_dsn
 from groundkit.errors import InvalidArgument
 
 # Exit status of a command interrupted by Ctrl-C or SIGTERM (128 + SIGINT), as shells report it.
@@ -166,16 +167,31 @@ def cutover(
     model: ModelOption,
     force: Annotated[bool, typer.Option("--force", help="Even while the model's lag is not zero (search "
                                                         "then misses the chunks it has not embedded).")] = False,
+    skip_gate: gov.SkipGateOption = False,
+    reason: gov.ReasonOption = None,
+    certificate: gov.CertificateOption = None,
+    public_key: gov.PublicKeyOption = None,
+    gate_dsn: gov.GateDsnOption = None,
+    tap: gov.TapOption = None,
     dsn: DsnOption = None,
 ) -> None:
-    """Make MODEL the active embedding model, in one transaction; refused while its lag is not
-    zero, unless --force. Cutting over to the previous model rolls back (it is kept embedded).
-    Run the permission gate again afterwards (`groundkit eval gate`)."""
-    with Groundkit.connect(dsn) as gk:
-        previous = model_swap.cutover(gk, model, force=force)
+    """Make MODEL the active embedding model, in one transaction, behind the permission gate;
+    refused while its lag is not zero, unless --force.
+
+    First the golden set (its downgrade and stale-metadata steps among them) runs through dense
+    and hybrid search embedding with MODEL, on a throwaway database; the switch happens only if it
+    passes, and the verdict goes into the gate ledger (docs/governance.md). Cutting over to a
+    model already certified here (a rollback) reuses its certificate."""
+    bypass = gov.skip_reason(skip_gate, reason)
+    target = resolve_dsn(dsn)
+    with gov.gate_output(tap) as buf:
+        previous, change = deployment.gated_cutover(
+            target, model, force=force, skip_reason=bypass, certificate=certificate, public_key=public_key,
+            gate_dsn=gate_dsn, out=buf, progress=gov.section_progress,
+            command=f"groundkit cutover --model {model}" + (" --skip-gate" if bypass else ""))
     was = f" (was {previous})" if previous and previous != model else ""
     out.print(f"active embedding model: {model}{was}", highlight=False)
-    err.print(f"note: {model_swap.GATE_REMINDER}", highlight=False, soft_wrap=True)
+    gov.say_change("cutover", change)
 
 
 @handle_errors

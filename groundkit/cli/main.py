@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 import groundkit
-from groundkit import embedding, maintenance, replicas
+from groundkit import deployment, embedding, maintenance, replicas
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import costs as costs_cli
@@ -27,6 +27,7 @@ from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import dense as dense_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import governance as gov
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
 from groundkit.cli import outbound as outbound_cli
@@ -76,6 +77,7 @@ app.add_typer(dense_cli.models_app, name="models")
 app.command("reindex")(dense_cli.reindex)
 app.command("shadow-compare")(dense_cli.shadow_compare)
 app.command("cutover")(dense_cli.cutover)
+app.add_typer(gov.app, name="audit")
 
 
 @app.callback()
@@ -94,8 +96,19 @@ def migrate(
     dsn: DsnOption = None,
     sql: Annotated[bool, typer.Option("--sql", help="Print the DDL instead of applying it.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="Show applied and pending revisions; write nothing.")] = False,
+    skip_gate: gov.SkipGateOption = False,
+    reason: gov.ReasonOption = None,
+    certificate: gov.CertificateOption = None,
+    public_key: gov.PublicKeyOption = None,
+    gate_dsn: gov.GateDsnOption = None,
+    tap: gov.TapOption = None,
 ) -> None:
-    """Create or upgrade the groundkit schema (Alembic upgrade head + replaceable SQL)."""
+    """Create or upgrade the groundkit schema (Alembic upgrade head + replaceable SQL), behind the
+    permission gate.
+
+    First the gate's migrate sections run on a throwaway database at the target revision on the
+    same server, and only if they pass is the database touched. The verdict goes into the gate
+    ledger (docs/governance.md). A configuration already certified is not gated again."""
     if sql:
         sys.stdout.write(groundkit.migration_sql())
         return
@@ -108,9 +121,14 @@ def migrate(
             out.print(f"pending  {rev}")
         out.print(f"replaceable SQL (re-applied by every migrate): {', '.join(state.replaceable_sql)}")
         return
-    state = groundkit.migrate(target)
+    bypass = gov.skip_reason(skip_gate, reason)
+    with gov.gate_output(tap) as buf:
+        state, change = deployment.gated_migrate(
+            target, skip_reason=bypass, certificate=certificate, public_key=public_key, gate_dsn=gate_dsn,
+            out=buf, progress=gov.section_progress, command="groundkit migrate" + (" --skip-gate" if bypass else ""))
     out.print(f"groundkit schema at revision {state.head}; replaceable SQL applied "
               f"({len(state.replaceable_sql)} files)")
+    gov.say_change("migrate", change)
 
 
 @app.command("put-member")
@@ -240,7 +258,8 @@ def status(
     check: Annotated[bool, typer.Option(
         "--check", help="Exit 1 when any alert below is breached (for monitoring): the active embedding model's "
                         "lag, a replica unreachable or lagging, the fence sending too many reads to the "
-                        "primary, or a table behind groundkit.reader_authority without the fence's trigger.")] = False,
+                        "primary, or a table behind groundkit.reader_authority without the fence's trigger; "
+                        "or when no passing gate certifies the configuration serving readers.")] = False,
     embed_lag_alert_s: Annotated[float | None, typer.Option(
         help="Alert when the active model's oldest unembedded chunk is older than this (seconds; 0 never). "
              "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_S, else 600.")] = None,
@@ -278,6 +297,8 @@ def status(
         lags = embedding.lag(gk) if dense else []
         replication = replicas.replication_status(gk, tuple(replica or ()))
         outbound = _outbound_status(gk)
+        gate = deployment.serving_status(gk)
+    gate_alerts = _gate_alerts(gate)
     lag_alerts = [a for a in (_lag_alert(lag, alert_s, alert_chunks) for lag in lags) if a]
     replica_alerts = replication.alerts(replay_lag_alert_s, fence_alert)
     if as_json:
@@ -290,13 +311,40 @@ def status(
                          "alerts": lag_alerts}
         body["replication"] = {**replication.model_dump(), "alerts": replica_alerts}
         body["outbound"] = outbound
+        body["deployment"] = {**json.loads(gate.model_dump_json()), "alerts": gate_alerts} if gate else None
         sys.stdout.write(json.dumps(body) + "\n")
     else:
         _print_status(st, due, workers, outdated, dense, lags, lag_alerts)
         _print_replication(replication, replica_alerts)
         _print_outbound(outbound)
-    if check and (lag_alerts or replica_alerts):
+        _print_deployment(gate, gate_alerts)
+    if check and (lag_alerts or replica_alerts or gate_alerts):
         raise typer.Exit(1)
+
+
+def _gate_alerts(gate: deployment.DeploymentStatus | None) -> list[str]:
+    if gate is None:
+        return ["this database has no gate ledger (groundkit migrate)"]
+    if gate.certified:
+        return []
+    return [f"the configuration serving readers is not certified: {gate.reason}"]
+
+
+def _print_deployment(gate: deployment.DeploymentStatus | None, alerts: list[str]) -> None:
+    if gate is not None:
+        c = gate.config
+        model = c.get("embedding_model") or "no embedding model"
+        out.print(f"configuration     {gate.config_hash[:16]}: groundkit {c.get('groundkit_version')}, revision "
+                  f"{c.get('schema_revision')}, SQL {str(c.get('sql_digest'))[:12]}, PostgreSQL {c.get('postgres')}, "
+                  f"pgvector {c.get('pgvector') or 'none'}, {model}, outbound policy "
+                  f"{c.get('outbound_policy') or 'none'}", highlight=False, soft_wrap=True)
+        if gate.certified:
+            basis = f", resting on row {gate.certified_by}" if gate.certified_by != gate.ledger_id else ""
+            out.print(f"gate              certified by ledger row {gate.ledger_id} ({gate.kind}, "
+                      f"{gate.recorded_at:%Y-%m-%d %H:%M:%S %Z}, {gate.operator or gate.recorded_by}{basis})",
+                      highlight=False, soft_wrap=True)
+    for alert in alerts:
+        err.print(f"[bold red]ALERT[/] gate: {escape(alert)}", highlight=False, soft_wrap=True)
 
 
 def _lag_alert(lag: embedding.EmbeddingLag, alert_s: float, alert_chunks: int | None) -> str | None:

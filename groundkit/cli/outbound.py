@@ -11,9 +11,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from groundkit import deployment
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.cli.costs import parse_since
-from groundkit.client import Groundkit
+from groundkit.client import Groundkit, resolve_dsn
 from groundkit.errors import InvalidArgument, OutboundPolicyInvalid
 from groundkit.outbound.policy import (
     CLASSES,
@@ -113,6 +114,9 @@ def _apply(dsn: str | None, change: Any, reason: str) -> None:
         v = set_policy(gk, policy, reason)
     if v.changed:
         out.print(f"outbound policy v{v.version} in force from the next call", highlight=False)
+        carried = deployment.carry_certificate(resolve_dsn(dsn), f"groundkit outbound (v{v.version}: {reason})")
+        if carried is not None:
+            out.print(f"gate ledger row {carried.ledger_id}: {carried.reason}", highlight=False)
     else:
         out.print(f"outbound policy unchanged (v{v.version})", highlight=False)
     print_policy(v)
