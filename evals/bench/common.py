@@ -122,7 +122,7 @@ def scratch_db(server_dsn: str, label: str, keep: bool = False) -> Iterator[str]
         return
     with ScratchDatabases(server_dsn, f"bench_{label}", log) as scratch:
         dsn = scratch.create()
-        groundkit.migrate(dsn)
+        groundkit.migrate(dsn, gate=False)
         log(f"database {scratch.name()}")
         yield dsn
 
