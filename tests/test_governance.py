@@ -402,7 +402,8 @@ def test_cutover_is_refused_when_the_gate_fails_and_the_model_stays(
         dense: Groundkit, dsn: str, fake: FakeEmbeddings) -> None:
     gk = dense
     with fake_openai_server() as other:
-        add_fake_model(gk, "down", other)
+        add_fake_model(gk, "down", other)  # (its origin marked private: the certificate carries over)
+        assert deployment.carry_certificate(dsn, "tests: the fake's origin marked private") is not None
         m = embedding.get_model(gk, "down")
         embedding.embed_pending(gk, m, embedder_for(m))
         other.down = True  # the provider fails: the gate cannot embed the golden world with it

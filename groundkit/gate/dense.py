@@ -83,6 +83,10 @@ class Vectors:
         m = self.real
         _sql(admin, "select groundkit.add_embedding_model(%s, %s, %s, %s, %s, %s::jsonb)",
              (m.name, m.provider, m.dimension, m.distance, m.recipe, json.dumps(m.options)))
+        # the throwaway database's own policy, so that its embedding claim withholds no fixture text
+        # from the model's provider either (embed_claim decides by the database's policy)
+        _sql(admin, "select * from groundkit.set_outbound_policy(%s::jsonb, %s)",
+             (json.dumps(fixture_policy().document()), "the gate's fixture text may go to the model under test"))
 
     def catch_up(self, admin: psycopg.Connection[Any], name: str, dimension: int) -> None:
         """Embed every current chunk lacking an embedding for ``name`` (embed_claim / embed_store)."""
