@@ -100,6 +100,7 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "costs": [[], ["--json"]],
         "config add-flow": [["support"]],
         "config set-sample-rate": [["0.1"]],
+        "config set-sample-limit": [["100", "--per", "1h"]],
         "eval export-samples": [["--out", str(tmp / "samples.jsonl")]],
         "replay": [[RUN_ID], [RUN_ID, "--json"]],
         "runs list": [[], ["--json"]],
