@@ -187,9 +187,10 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
 def pytest_configure(config: pytest.Config) -> None:
     # The CLI's rich consoles (groundkit/cli/_common.py) read COLUMNS once, when the CLI is first
     # imported (at collection), and keep that width; the tests give each invocation its own
-    # COLUMNS. xdist's workers start with COLUMNS=80 in their environment (their parent's C
-    # environment holds it, though its os.environ does not), which wrapped the status and demo
-    # output of four tests in parallel runs only.
+    # COLUMNS. xdist's workers start with COLUMNS=80 in their environment: readline, loaded in
+    # the parent pytest process, exports it to the C environment (os.environ does not show it
+    # there), and child processes inherit that. It wrapped the status and demo output of four
+    # tests, in parallel runs only.
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
     if os.environ.get("GROUNDKIT_TEST_DSN") and getattr(config.option, "numprocesses", None):
