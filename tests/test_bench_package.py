@@ -7,6 +7,8 @@ the same answers on both sides.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -23,10 +25,26 @@ CHUNKS = "300"
 
 
 @pytest.fixture(scope="module")
-def kept(server_dsn: str) -> Iterator[str]:
-    """gk_bench_300, built by `search --keep` (the database ab and profile work on)."""
-    yield "gk_bench_" + CHUNKS
-    drop_db(server_dsn, "gk_bench_" + CHUNKS)
+def kept_build(server_dsn: str) -> Iterator[tuple[str, str]]:
+    """gk_bench_300, built by `search --keep` (the database ab and profile work on), and what that
+    run printed. Built here, not by the first test that needs it, so that each of these tests can
+    run alone, in any order, or on a worker of its own (pytest -n)."""
+    name = "gk_bench_" + CHUNKS
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            code = main(["search", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12", "--slow-queries", "4",
+                         "--passes", "1", "--turns", "1", "--single-chunks", "80", "--writers", "1",
+                         "--writer-seconds", "0.3", "--keep"])
+        assert code == 0, printed.getvalue()
+        yield name, printed.getvalue()
+    finally:
+        drop_db(server_dsn, name)
+
+
+@pytest.fixture
+def kept(kept_build: tuple[str, str]) -> str:
+    return kept_build[0]
 
 
 def _differing(out: str) -> list[int]:
@@ -34,11 +52,8 @@ def _differing(out: str) -> list[int]:
     return [int(m) for m in re.findall(r"x \| [0-9.]+x \| (\d+) \|", out)]
 
 
-def test_search_builds_and_keeps_its_database(server_dsn: str, kept: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["search", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12", "--slow-queries", "4",
-                 "--passes", "1", "--turns", "1", "--single-chunks", "80", "--writers", "1",
-                 "--writer-seconds", "0.3", "--keep"]) == 0
-    out = capsys.readouterr().out
+def test_search_builds_and_keeps_its_database(server_dsn: str, kept_build: tuple[str, str]) -> None:
+    kept, out = kept_build
     assert f"### {int(CHUNKS):,} chunks" in out
     for reader in ("r100", "r50", "r5"):
         assert f"| {reader} (" in out
@@ -224,8 +239,10 @@ def test_dense_measures_recall_and_latency_by_visible_fraction(server_dsn: str,
             " 'groundkit_scratch_bench_bh_dense_%'").fetchone() == (0,)
 
 
-def test_fusion_grid_on_a_tiny_collection(server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fusion_grid_on_a_tiny_collection(server_dsn: str, embed_home: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """BM25 and dense alone, then the grid, best first; search_hybrid agrees with the grid's RRF."""
+    monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))  # the model's export: the session's, not the user's
     docs = {"d1": ("Energy", "Mitochondria produce ATP by oxidative phosphorylation."),
             "d2": ("Diabetes", "Insulin lowers blood glucose."), "d3": ("Markets", "The stock market fell sharply."),
             "d4": ("Vaccines", "Vaccines train the immune system to fight infection.")}
