@@ -104,6 +104,7 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "reindex": [["--model", "m1"]],
         "shadow-compare": [["--model", "m1", "--as", "m1", "--sampled", "5"]],
         "cutover": [["--model", "m1"]],
+        "explain": [["--reader", "m1", "--object", "o1"], ["--reader", "m1", "--object", "o1", "--query", "kiln"]],
     }
 
 

@@ -49,7 +49,7 @@ PAGE_OF: dict[str, str] = {
     "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
     "tokens": "cli/operations.md",
     "embed": "cli/operations.md", "models": "cli/operations.md", "reindex": "cli/operations.md",
-    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md",
+    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md", "explain": "cli/audit.md",
     "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
 }
 
@@ -71,6 +71,7 @@ EXAMPLES: dict[str, str] = {
     "cutover": "$ groundkit cutover --model bge\nactive embedding model: bge (was minilm)\n"
                "$ groundkit eval gate   # the gate runs again after every cutover",
     "search": '$ groundkit search --as ana "price a commission" -k 5',
+    "explain": '$ groundkit explain --reader ana --object post-kiln --query "kiln schedule"',
     "demo": "$ groundkit demo",
     "home": "$ groundkit home --reader ana --mode top -k 10",
     "db url": "$ export GROUNDKIT_DSN=$(groundkit db url)",

@@ -27,6 +27,7 @@ from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import dense as dense_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import explain as explain_cli
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
 from groundkit.cli import runs as runs_cli
@@ -74,6 +75,7 @@ app.add_typer(dense_cli.models_app, name="models")
 app.command("reindex")(dense_cli.reindex)
 app.command("shadow-compare")(dense_cli.shadow_compare)
 app.command("cutover")(dense_cli.cutover)
+app.command("explain")(explain_cli.explain_command)
 
 
 @app.callback()
