@@ -48,7 +48,8 @@ PAGE_OF: dict[str, str] = {
     "status": "cli/operations.md", "merge": "cli/operations.md", "worker": "cli/operations.md",
     "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
     "tokens": "cli/operations.md",
-    "embed": "cli/operations.md", "models": "cli/operations.md", "reindex": "cli/operations.md",
+    "dense": "cli/operations.md", "embed": "cli/operations.md", "models": "cli/operations.md",
+    "reindex": "cli/operations.md",
     "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md", "explain": "cli/audit.md",
     "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
 }
@@ -68,6 +69,9 @@ EXAMPLES: dict[str, str] = {
     "merge": "$ groundkit merge\nmerged 4096 pending posting(s)",
     "worker": "$ groundkit worker --every 60\n$ groundkit worker --once --json",
     "embed": '$ groundkit embed --json\n{"model": "minilm", "chunks": 5183, "seconds": 61.2, "chunks_per_s": 84.7}',
+    "dense enable": "$ pip install 'groundkit[embed]'\n$ groundkit dense enable\n"
+                    "minilm: registered, embedded 5,183 chunk(s) in 61.2 s (84.7/s); active now that every chunk "
+                    "is embedded. ...",
     "cutover": "$ groundkit cutover --model bge\nactive embedding model: bge (was minilm)\n"
                "$ groundkit eval gate   # the gate runs again after every cutover",
     "search": '$ groundkit search --as ana "price a commission" -k 5',
