@@ -92,6 +92,7 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "costs": [[], ["--json"]],
         "config add-flow": [["support"]],
         "config set-sample-rate": [["0.1"]],
+        "config set-sample-limit": [["100", "--per", "1h"]],
         "eval export-samples": [["--out", str(tmp / "samples.jsonl")]],
         "replay": [[RUN_ID], [RUN_ID, "--json"]],
         "runs list": [[], ["--json"]],
@@ -104,6 +105,7 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "reindex": [["--model", "m1"]],
         "shadow-compare": [["--model", "m1", "--as", "m1", "--sampled", "5"]],
         "cutover": [["--model", "m1"]],
+        "dense enable": [[], ["--now", "--json"]],
         "explain": [["--reader", "m1", "--object", "o1"], ["--reader", "m1", "--object", "o1", "--query", "kiln"]],
     }
 
