@@ -12,7 +12,10 @@ add``'s default) is registered. Then, interleaved ``--rounds`` times in the same
 - ``job, batch N``: ``groundkit embed``'s job itself (``embedding.embed_pending``: claim, embed,
   store, commit per batch) for a fresh model, for each ``--batches`` N;
 - ``groundkit embed --json``: the command itself, in a process of its own, for a fresh model (its
-  rate is the one it prints; its CPU is the child process's, model load included).
+  rate is the one it prints; its CPU is the child process's, model load included);
+- ``claim/store alone``: the job's database path with no model (every text stored with one
+  constant vector): what claiming, storing and committing cost by themselves, and whether a
+  batch's cost grows as the model's embeddings fill up (the first and the last tenth of batches).
 
 Each row gives items/s and tokens/s (wall), and the CPU seconds this process used (all its
 threads) and, for the job, the database backend's (read from /proc: the server must be local).
@@ -48,9 +51,9 @@ class Row:
 
     def line(self) -> str:
         server_cpu = "" if self.server_cpu is None else f"{self.server_cpu:8.2f}"
+        per_cpu = f"{self.tokens / self.cpu:>12.0f}" if self.tokens else f"{'-':>12}"
         return (f"{self.arm:<22}{self.items:>7}{self.tokens:>10}{self.items / self.wall:>10.1f}"
-                f"{self.tokens / self.wall:>10.0f}{self.cpu:>9.2f}{server_cpu:>9}"
-                f"{self.tokens / self.cpu:>12.0f}")
+                f"{self.tokens / self.wall:>10.0f}{self.cpu:>9.2f}{server_cpu:>9}{per_cpu}")
 
 
 HEADER = (f"{'arm':<22}{'items':>7}{'tokens':>10}{'items/s':>10}{'tokens/s':>10}{'cpu s':>9}{'db cpu s':>9}"
@@ -141,26 +144,58 @@ def main(argv: Sequence[str]) -> int:
             name = f"cli-{r}"
             model_swap.add_model(gk, name=name, provider="local", recipe="titled")
             round_rows.append(_command(dsn, name, len(job_texts), tokens))
+            name = f"db-{r}"
+            model_swap.add_model(gk, name=name, provider="local", recipe="titled")
+            batches: list[float] = []
+
+            def db_only(name: str = name, batches: list[float] = batches) -> int:
+                return _db_path(gk, name, args.batches[0], batches)
+
+            round_rows.append(measured("claim/store alone", len(job_texts), db_only, backend))
+            tenth = max(1, len(batches) // 10)
+            log(f"round {r + 1}: claim/store alone, ms per batch of {args.batches[0]}: first tenth "
+                f"{1000 * sum(batches[:tenth]) / tenth:.1f}, last tenth {1000 * sum(batches[-tenth:]) / tenth:.1f}")
             for row in round_rows:
                 rows.setdefault(row.arm, []).append(row)
                 log(f"round {r + 1}: {row.line()}")
     print(f"{len(texts)} abstracts, {chunks} chunks ({len(job_texts)} distinct texts), {args.content_type}, "
           f"rounds {args.rounds}; load average after {os.getloadavg()[0]:.2f}")
     print(HEADER)
+    for r in range(args.rounds):
+        for rs in rows.values():
+            print(f"{rs[r].line()}   (round {r + 1})")
     medians = {arm: _median(rs) for arm, rs in rows.items()}
-    for row in medians.values():
-        print(row.line())
-    bench, plain = medians["bench texts"], medians["job texts"]
+    bench, plain = medians["bench texts"], medians["job texts"]  # (the round with the median wall)
     print(f"tokens per item: bench texts {bench.tokens / bench.items:.1f}, job texts {plain.tokens / plain.items:.1f} "
           f"({plain.tokens / plain.items / (bench.tokens / bench.items):.2f}x)")
     per_cpu = (plain.tokens / plain.cpu) / (bench.tokens / bench.cpu)
     print(f"tokens per CPU-second, job texts / bench texts: {per_cpu:.2f}")
-    for arm, row in medians.items():
+    print("against the provider alone on the same texts, round by round (CPU: this process's; wall):")
+    for arm, rs in rows.items():
         if arm.startswith(("job, batch", "groundkit embed")):
-            share = "" if row.server_cpu is None else f"; the database backend {row.server_cpu:.2f} CPU s"
-            print(f"{arm}: {row.cpu / plain.cpu:.3f}x the provider's CPU on the same texts{share}; "
-                  f"wall {row.wall / plain.wall:.3f}x")
+            cpu = ", ".join(f"{row.cpu / base.cpu:.3f}x" for row, base in zip(rs, rows["job texts"], strict=True))
+            wall = ", ".join(f"{row.wall / base.wall:.3f}x" for row, base in zip(rs, rows["job texts"], strict=True))
+            db = ", ".join(f"{row.server_cpu:.2f}" for row in rs if row.server_cpu is not None)
+            print(f"  {arm}: CPU {cpu}; wall {wall}" + (f"; the database backend's CPU s {db}" if db else ""))
+    alone = rows["claim/store alone"]
+    print("claim/store alone, CPU ms per text (this process + the backend): " + ", ".join(
+        f"{1000 * (row.cpu + (row.server_cpu or 0.0)) / row.items:.2f}" for row in alone))
     return 0
+
+
+def _db_path(gk: Any, model: str, batch: int, seconds: list[float]) -> int:
+    """The job's transactions (embed_claim, embed_store, commit) storing one constant vector for
+    every text; appends each batch's seconds. Returns 0: no tokens embedded."""
+    vector = [0.05] * 384
+    while True:
+        t0 = time.perf_counter()
+        with gk.conn.transaction():
+            rows = gk._fetch("select content_hash from groundkit.embed_claim(%(m)s, %(b)s)", {"m": model, "b": batch})
+            if not rows:
+                return 0
+            gk._fetch("select groundkit.embed_store(%(m)s, %(h)s::bytea[], %(v)s::real[])",
+                      {"m": model, "h": [r["content_hash"] for r in rows], "v": [list(vector) for _ in rows]})
+        seconds.append(time.perf_counter() - t0)
 
 
 def _command(dsn: str, model: str, items: int, tokens: int) -> Row:
@@ -191,7 +226,7 @@ def _median(rows: list[Row]) -> Row:
 def _corpus(data: Path, docs: int) -> list[dict[str, Any]]:
     import json
 
-    rows = []
+    rows: list[dict[str, Any]] = []
     with (data / "corpus.jsonl").open(encoding="utf-8") as f:
         for line in f:
             if len(rows) == docs:
