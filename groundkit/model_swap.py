@@ -34,13 +34,22 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def add_model(s: Session, *, name: str, provider: str, dimension: int, distance: str, recipe: str,
-              options: dict[str, Any] | None = None) -> Any:
-    """Register an embedding model (``groundkit.add_embedding_model``), inactive. Bad input is
-    :class:`InvalidArgument` (GK005) before anything is written."""
+def add_model(s: Session, *, name: str, provider: str, dimension: int | None = None, distance: str = "cosine",
+              recipe: str = "titled", options: dict[str, Any] | None = None) -> Any:
+    """Register an embedding model (``groundkit.add_embedding_model``), inactive. ``dimension``
+    may be left out for the ``local`` provider (its model's is known) and must be given for the
+    others. Bad input is :class:`InvalidArgument` (GK005) before anything is written."""
     from groundkit.embedders import EmbeddingModel
+    from groundkit.embedders.local import DIMENSION
 
     embedding.require_dense(s)
+    if provider == "local" and dimension not in (None, DIMENSION):
+        raise InvalidArgument(f"the local model's vectors have {DIMENSION} dimensions (got {dimension!r}); "
+                              "leave --dimension out")
+    if dimension is None:
+        if provider != "local":
+            raise InvalidArgument(f"the {provider!r} provider needs the model's dimension (--dimension)")
+        dimension = DIMENSION
     try:
         model = EmbeddingModel.model_validate({"name": name, "provider": provider, "dimension": dimension,
                                                "distance": distance, "recipe": recipe, "options": options or {}})

@@ -237,6 +237,20 @@ begin
 end
 $runs$;
 
+-- Why a member can or cannot see an object (sql/078_explain.sql): the oracle a reader must never
+-- have (it says whether an object exists and what its policy is). The auditor's, and the owner's.
+do $explain$
+begin
+    alter function groundkit.explain_visibility(text, text) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.explain_match(text, text) security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function groundkit.explain_visibility(text, text), groundkit.explain_match(text, text)
+            to groundkit_auditor;
+    end if;
+end
+$explain$;
+
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
 -- their query with); writers register models, run the embedding worker, read the lag and cut
 -- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'

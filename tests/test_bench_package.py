@@ -225,6 +225,29 @@ def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path
     assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first
 
 
+def test_embed_job_splits_the_commands_path(server_dsn: str, embed_home: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """On four abstracts: every arm embeds the same texts (the job's and the command's own), the
+    database path alone stores them all, and the ratios are printed."""
+    monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))
+    (tmp_path / "qrels").mkdir()
+    texts = ["Mitochondria produce ATP.", "Insulin lowers blood glucose. " * 80, "Cats sleep.", "Vaccines train cells."]
+    (tmp_path / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": f"Title {i}", "text": t}) + "\n" for i, t in enumerate(texts)),
+        encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "energy"}) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    assert main(["embed-job", "--dsn", server_dsn, "--data", str(tmp_path), "--docs", "4", "--rounds", "1",
+                 "--batch", "2", "--batches", "2", "3"]) == 0
+    out = capsys.readouterr().out
+    arms = re.findall(r"^(bench texts|job texts|job, batch \d|groundkit embed --json|claim/store alone)\s+(\d+)",
+                      out, re.MULTILINE)
+    assert [a for a, _ in arms] == ["bench texts", "job texts", "job, batch 2", "job, batch 3",
+                                    "groundkit embed --json", "claim/store alone"], out
+    assert len({n for a, n in arms if a != "bench texts"}) == 1 and int(arms[1][1]) > 4  # the long text: >1 chunk
+    assert "tokens per CPU-second, job texts / bench texts:" in out and "claim/store alone, CPU ms per text" in out
+
+
 def test_dense_measures_recall_and_latency_by_visible_fraction(server_dsn: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dense", "--dsn", server_dsn, "--chunks", "1000", "--queries", "6", "--repeat", "1"]) == 0

@@ -126,6 +126,8 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "audit verify": [[]],
         "audit ledger": [[]],
         "runs export": [[RUN_ID, "--bundle", str(tmp / "run.json"), "--key", str(_key(tmp / "key2.pem"))]],
+        "dense enable": [[], ["--now", "--json"]],
+        "explain": [["--reader", "m1", "--object", "o1"], ["--reader", "m1", "--object", "o1", "--query", "kiln"]],
     }
 
 

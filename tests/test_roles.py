@@ -31,7 +31,7 @@ def test_logins_as_reader_and_writer(server_dsn: str, dsn: str) -> None:
     tap = Tap(out)
     roles._run(server_dsn, dsn, tap)
     assert tap.failed == [], out.getvalue()
-    assert len(tap.results) == 16
+    assert len(tap.results) == 18
 
 
 def test_reader_cannot_read_chunks_directly_but_can_search(server_dsn: str, dsn: str) -> None:

@@ -94,8 +94,8 @@ def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: st
             with pytest.raises(PgvectorMissing, match="pgvector"):
                 gk.search("cy", "kiln", mode=mode)
         assert [h.object_id for h in gk.search("cy", "kiln")] == ["d1"]
-    for args in (["embed"], ["embed", "--model", "m"], ["search", "kiln", "--as", "cy", "--mode", "dense"],
-                 ["models", "list"], ["cutover", "--model", "m"]):
+    for args in (["embed"], ["embed", "--model", "m"], ["dense", "enable"],
+                 ["search", "kiln", "--as", "cy", "--mode", "dense"], ["models", "list"], ["cutover", "--model", "m"]):
         done = subprocess.run([*cli, *args, "--dsn", pg15_dsn], capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, (args, done.stderr)
         assert "error [GK008]" in done.stderr and "pgvector" in done.stderr, (args, done.stderr)

@@ -48,8 +48,9 @@ PAGE_OF: dict[str, str] = {
     "status": "cli/operations.md", "merge": "cli/operations.md", "worker": "cli/operations.md",
     "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
     "tokens": "cli/operations.md", "outbound": "cli/operations.md",
-    "embed": "cli/operations.md", "models": "cli/operations.md", "reindex": "cli/operations.md",
-    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md",
+    "dense": "cli/operations.md", "embed": "cli/operations.md", "models": "cli/operations.md",
+    "reindex": "cli/operations.md",
+    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md", "explain": "cli/audit.md",
     "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
     "audit": "cli/audit.md",
 }
@@ -71,9 +72,13 @@ EXAMPLES: dict[str, str] = {
     "merge": "$ groundkit merge\nmerged 4096 pending posting(s)",
     "worker": "$ groundkit worker --every 60\n$ groundkit worker --once --json",
     "embed": '$ groundkit embed --json\n{"model": "minilm", "chunks": 5183, "seconds": 61.2, "chunks_per_s": 84.7}',
+    "dense enable": "$ pip install 'groundkit[embed]'\n$ groundkit dense enable\n"
+                    "minilm: registered, embedded 5,183 chunk(s) in 61.2 s (84.7/s); active now that every chunk "
+                    "is embedded. ...",
     "cutover": "$ groundkit cutover --model bge\nactive embedding model: bge (was minilm)\n"
                "cutover: certified (ledger row 12; the gate passed (137/137 checks, 24.0 s); configuration 3f2a…)",
     "search": '$ groundkit search --as ana "price a commission" -k 5',
+    "explain": '$ groundkit explain --reader ana --object post-kiln --query "kiln schedule"',
     "demo": "$ groundkit demo",
     "home": "$ groundkit home --reader ana --mode top -k 10",
     "db url": "$ export GROUNDKIT_DSN=$(groundkit db url)",

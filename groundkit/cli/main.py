@@ -27,6 +27,7 @@ from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import dense as dense_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import explain as explain_cli
 from groundkit.cli import governance as gov
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
@@ -72,12 +73,14 @@ app.command("home")(home_cli.home)
 app.command("costs")(costs_cli.costs)
 app.command("replay")(runs_cli.replay)
 app.add_typer(runs_cli.app, name="runs")
+app.add_typer(dense_cli.dense_app, name="dense")
 app.command("embed")(dense_cli.embed)
 app.add_typer(dense_cli.models_app, name="models")
 app.command("reindex")(dense_cli.reindex)
 app.command("shadow-compare")(dense_cli.shadow_compare)
 app.command("cutover")(dense_cli.cutover)
 app.add_typer(gov.app, name="audit")
+app.command("explain")(explain_cli.explain_command)
 
 
 @app.callback()

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["LocalOptions", "LocalProvider"]
+__all__ = ["DIMENSION", "LocalOptions", "LocalProvider"]
 
 MODEL_MAX_TOKENS = 256
+#: the model's vectors' dimension (``groundkit models add NAME --provider local`` needs no other)
+DIMENSION = 384
 
 
 class LocalOptions(BaseModel):
@@ -117,7 +119,7 @@ class LocalProvider:
             order = xp.argsort(-lengths, kind="stable")
         else:
             order = xp.arange(len(encodings))
-        out = xp.empty((len(encodings), 384), dtype=xp.float32)
+        out = xp.empty((len(encodings), DIMENSION), dtype=xp.float32)
         size = self.options.batch_size
         batches = [order[start:start + size] for start in range(0, len(order), size)]
 

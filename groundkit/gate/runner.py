@@ -92,7 +92,7 @@ def run_golden(dbs: GateDatabases, tap: Tap, opts: GateOptions) -> None:
     dsn = dbs.clone()
     try:
         with Groundkit.connect(dsn) as gk, connect_dict(dsn) as admin:
-            GoldenRun(gk, admin, real_searcher(gk), tap, load_golden(), grid).run()
+            GoldenRun(gk, admin, real_searcher(gk), tap, load_golden(), grid, explain=True).run()
     finally:
         dbs.drop(dsn)
 
