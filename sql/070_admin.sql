@@ -38,7 +38,7 @@ as $$
                                      -- the keys into groundkit.embeddings (revision 0022)
                                      coalesce(encode(c.embed_hash_text, 'hex'), '-'),
                                      coalesce(encode(c.embed_hash_titled, 'hex'), '-'),
-                                     -- its language (revision 0025)
+                                     -- its language (revision 0028)
                                      coalesce(c.language, '-'))
                       from groundkit.chunks c
                     union all

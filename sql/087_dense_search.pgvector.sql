@@ -17,7 +17,7 @@ select pg_catalog.set_config('groundkit.migrate_search_path', pg_catalog.current
 select pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(groundkit._vector_schema()) || ', pg_catalog, pg_temp', true);
 
--- (the signatures before the query's filter, revision 0025: docs/bm25/analysis.md)
+-- (the signatures before the query's filter, revision 0028: docs/bm25/analysis.md)
 drop function if exists groundkit._search_dense_ids(text, vector, integer, text[], text[], boolean);
 drop function if exists groundkit.search_dense(text, vector, integer, text[], text[], boolean);
 
