@@ -69,6 +69,17 @@ def test_a_query_across_two_languages(two: Groundkit) -> None:
     assert _ids(two, "ana", "celadon", space_ids=["studio"]) == ["en"]
 
 
+def test_explain_match_reads_the_query_in_the_chunks_language(two: Groundkit, raw: psycopg.Connection[Any]) -> None:
+    """groundkit explain --query says which terms a French chunk holds as search reads them."""
+    two.put_object("fr", 1, "board_post", "atelier", "T0", "", "Les chevaux mangeaient près du four")
+    two.put_object("en", 1, "board_post", "studio", "T0", "", "The horses were eating near the kiln")
+    assert _ids(two, "ana", "cheval") == ["fr"]
+    fr = raw.execute("select terms, matched from groundkit.explain_match('fr', 'cheval four')").fetchall()
+    assert fr == [(["french|cheval", "french|four"], ["french|cheval", "french|four"])]
+    en = raw.execute("select terms, matched from groundkit.explain_match('en', 'horse kiln')").fetchall()
+    assert en == [(["hors", "kiln"], ["hors", "kiln"])]
+
+
 def test_an_object_overrides_its_spaces_language(two: Groundkit, raw: psycopg.Connection[Any]) -> None:
     two.put_object("fr", 1, "board_post", "studio", "T0", "", "Les chevaux mangeaient",
                    metadata={"language": "french"})
