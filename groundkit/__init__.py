@@ -1,5 +1,6 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
+from groundkit.aio import AsyncGroundkit
 from groundkit.client import Groundkit, connect, resolve_dsn
 from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
@@ -57,6 +58,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AssembledContext",
+    "AsyncGroundkit",
     "AuditFailure",
     "Citation",
     "ConfigError",

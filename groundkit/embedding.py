@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument, PgvectorMissing, UnknownModel
 from groundkit.models import MaintenanceStep
 from groundkit.session import Session, no_nul
+from groundkit.steps import Op, Query
 
 if TYPE_CHECKING:
     from groundkit.embedders import Embedder, EmbeddingModel
@@ -137,7 +138,12 @@ def get_model(s: Session, name: str) -> EmbeddingModel:
 def active_model(s: Session) -> EmbeddingModel:
     """The model search embeds queries with (``groundkit.active_embedding_model()``, which a
     reader role may call); :class:`UnknownModel` (GK015) if none is active."""
-    rows = s._fetch("select * from groundkit.active_embedding_model()", {})
+    return s._run(active_model_steps())
+
+
+def active_model_steps() -> Op[EmbeddingModel]:
+    """:func:`active_model` as an operation (:mod:`groundkit.steps`)."""
+    rows = yield Query("select * from groundkit.active_embedding_model()")
     if not rows:
         raise UnknownModel("no embedding model is active: add one (groundkit models add), embed "
                            "(groundkit embed --model NAME), then groundkit cutover --model NAME")

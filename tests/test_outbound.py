@@ -456,13 +456,13 @@ def test_no_provider_can_be_called_around_the_gate(capture: Capture, embed_home:
             call()
         assert capture.raw == [], name
     calls: list[str] = []
-    real_send = gate.send
+    real_send = gate.send_steps  # (gate.send and the clients' searches both run it)
 
     def spy(kind: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(kind)
         return real_send(kind, *args, **kwargs)
 
-    monkeypatch.setattr(gate, "send", spy)
+    monkeypatch.setattr(gate, "send_steps", spy)
     opened = default_policy().with_class("cloud", ClassPolicy(allow=Allowance(private_spaces=True, owner_only=True,
                                                                               queries=True)))
     local = EmbeddingModel(name="minilm", provider="local", dimension=384, distance="cosine", recipe="titled")
