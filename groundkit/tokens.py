@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from groundkit.errors import InvalidArgument
 from groundkit.session import Session, no_nul
+from groundkit.steps import Op, scalar
 
 PREFIX = "gk_"
 _DURATION = re.compile(r"(\d+)([dhm])")
@@ -54,7 +55,12 @@ def revoke_tokens(session: Session, member_sub: str) -> int:
 def token_member(session: Session, token: str) -> str | None:
     """The member ``token`` stands for; None when it is unknown, revoked or expired. What that
     member may see is decided at each read, by the permission predicate."""
+    return session._run(token_member_steps(token))
+
+
+def token_member_steps(token: str) -> Op[str | None]:
+    """:func:`token_member` as an operation (:mod:`groundkit.steps`), for either driver."""
     if not token.startswith(PREFIX) or len(token) > 200:
         return None
-    member = session._scalar("select groundkit.token_member(token_hash => %(h)s)", {"h": token_hash(token)})
+    member = yield from scalar("select groundkit.token_member(token_hash => %(h)s)", {"h": token_hash(token)})
     return None if member is None else str(member)
