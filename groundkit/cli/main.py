@@ -36,7 +36,14 @@ from groundkit.cli import runs as runs_cli
 from groundkit.cli import serve as serve_cli
 from groundkit.cli import tokens as tokens_cli
 from groundkit.cli._common import DsnOption, err, handle_errors, out, print_error
-from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
+from groundkit.cli.worker import (
+    ReindexAtOption,
+    analyze_with_progress,
+    progress_bars,
+    sigterm_interrupts,
+    step_progress,
+    worker,
+)
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
 from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError, InvalidArgument
@@ -208,47 +215,8 @@ def analyze(
             return
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=err) as progress:
-            n = _analyze(gk, progress, min_postings=min_postings, reindex_at=reindex_at)
+            n = analyze_with_progress(gk, progress, min_postings=min_postings, reindex_at=reindex_at)
     out.print(f"sketched {n} postings list(s)")
-
-
-def _analyze(gk: Groundkit, progress: Progress, *, min_postings: int | None = None,
-             reindex_at: float = REINDEX_DRIFT) -> int:
-    """Groundkit.analyze_postings with a progress bar, saying first when it will reindex the
-    impacts (reindex_at 0: never)."""
-    if reindex_at > 0:
-        st = gk.index_status()
-        if st.reindex_due(reindex_at):
-            _reindex(gk, progress, st)
-    task = progress.add_task("analyze", total=None)
-
-    def advance(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
-    # (the recompute was decided and run above, with its own progress bar)
-    return gk.analyze_postings(min_postings=min_postings, progress=advance, reindex_at=None)
-
-
-def _reindex(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
-    """Groundkit.reindex_impacts with a progress bar, saying first why it runs and who waits."""
-    if not st.impacts_current:
-        why = (f"the impacts were computed with k1 {st.impact_k1:g}, b {st.impact_b:g}, the configuration "
-               f"says k1 {st.k1:g}, b {st.b:g} (search is exhaustive until then); in one transaction, "
-               "while merges and bulk writes wait for it")
-    else:
-        why = (f"the chunks average {st.avgdl or 0:.1f} tokens, the impacts' reference length is "
-               f"{st.avgdl_ref:.1f} ({st.impact_drift:.2f}x)")
-        if st.reindex_unfinished:
-            why = f"resuming an interrupted recompute where its steps stopped; {why}"
-        why += "; in steps: writers to the postings wait for one step at a time"
-    err.print(f"recomputing the postings' impacts: {why}", highlight=False)
-    task = progress.add_task("recompute impacts", total=None)
-
-    def advance(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
-    gk.reindex_impacts(progress=advance)
-    progress.remove_task(task)
 
 
 @app.command()
