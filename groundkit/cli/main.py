@@ -19,7 +19,8 @@ from rich.progress import (
 )
 
 import groundkit
-from groundkit import deployment, embedding, maintenance, replicas
+from groundkit import deployment, embedding, replicas
+from groundkit import worker as groundkit_worker
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import costs as costs_cli
@@ -487,7 +488,7 @@ def merge(
     if every is not None:
         err.print("note: `groundkit merge --every` is deprecated; it runs `groundkit worker`", highlight=False)
     with contextlib.suppress(KeyboardInterrupt), sigterm_interrupts(), progress_bars() as progress:
-        maintenance.run_worker(dsn, every=every, on_pass=on_pass, on_lost=on_lost, on_connected=on_connected,
+        groundkit_worker.run_worker(dsn, every=every, on_pass=on_pass, on_lost=on_lost, on_connected=on_connected,
                                progress=step_progress(progress), analyze_growth=analyze_at, reindex_at=reindex_at)
 
 

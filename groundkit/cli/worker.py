@@ -15,6 +15,7 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from groundkit import maintenance
+from groundkit import worker as groundkit_worker
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import Groundkit
 from groundkit.errors import DatabaseUnavailable, GroundkitError
@@ -125,7 +126,7 @@ def worker(
     started = time.monotonic()
     try:
         with sigterm_interrupts(), progress_bars() as progress:
-            maintenance.run_worker(dsn, every=None if once else every, on_pass=on_pass, on_lost=on_lost,
+            groundkit_worker.run_worker(dsn, every=None if once else every, on_pass=on_pass, on_lost=on_lost,
                                    on_connected=on_connected, progress=step_progress(progress),
                                    analyze_growth=analyze_at, reindex_at=reindex_at, embed=embed)
     except GroundkitError as exc:
