@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -40,6 +40,7 @@ from groundkit.models import (
     SearchHit,
     SearchMode,
     Segment,
+    StoredObject,
     WriteResult,
 )
 from groundkit.session import AsyncConnection, AsyncSession
@@ -152,6 +153,21 @@ class AsyncGroundkit(AsyncSession):
     async def record_sample_engagement(self, sample_id: UUID | str, object_id: str, kind: str,
                                        value: float | None = None) -> None:
         await self._run(ops.record_sample_engagement(sample_id, object_id, kind, value))
+
+    async def set_sample_limit(self, per_reader: int, per: timedelta) -> None:
+        await self._run(ops.set_sample_limit(per_reader, per))
+
+    async def set_sample_rate(self, rate: float) -> float:
+        return await self._run(ops.set_sample_rate(rate))
+
+    async def stored_objects(self, object_ids: Sequence[str]) -> dict[str, StoredObject]:
+        return await self._run(ops.stored_objects(object_ids))
+
+    async def sourced_objects(self, space_id: str, base: str) -> dict[str, StoredObject]:
+        return await self._run(ops.sourced_objects(space_id, base))
+
+    async def chunk_count(self, object_ids: Sequence[str]) -> int:
+        return await self._run(ops.chunk_count(object_ids))
 
     async def fetch_citation(self, reader_sub: str, object_id: str, version: int, chunk_seq: int) -> Citation | None:
         return await self._run(ops.fetch_citation(reader_sub, object_id, version, chunk_seq))

@@ -35,7 +35,6 @@ from groundkit.models import (
     WriteResult,
 )
 from groundkit.session import Connection
-from groundkit.session import no_nul as _no_nul
 
 if TYPE_CHECKING:
     from groundkit.embedders import EmbeddingModel, QueryEmbedder
@@ -220,45 +219,26 @@ class Groundkit(Admin):
         """Record at most ``per_reader`` samples per reader in each window of length ``per`` (1
         second to 31 days; default 100 an hour); searches past it are not sampled. The schema
         owner's call."""
-        if isinstance(per_reader, bool) or not isinstance(per_reader, int) or per_reader < 1:
-            raise InvalidArgument(f"per_reader must be a positive integer (got {per_reader!r})")
-        if not isinstance(per, timedelta):
-            raise InvalidArgument(f"per must be a timedelta (got {per!r})")
-        self._fetch("select groundkit.set_sample_limit(%(n)s, %(per)s)", {"n": per_reader, "per": per})
+        self._run(ops.set_sample_limit(per_reader, per))
 
     def set_sample_rate(self, rate: float) -> float:
         """Record this fraction of searches (``config.sample_rate``, 0 to 1; 0, the default,
         records none). The schema owner's call."""
-        if isinstance(rate, bool) or not isinstance(rate, int | float):
-            raise InvalidArgument(f"sample_rate must be a number between 0 and 1 (got {rate!r})")
-        return float(self._scalar("select groundkit.set_sample_rate(%(rate)s)", {"rate": float(rate)}))
+        return self._run(ops.set_sample_rate(rate))
 
     def stored_objects(self, object_ids: Sequence[str]) -> dict[str, StoredObject]:
         """The current row of each of ``object_ids`` that exists, by id (reads
         ``groundkit.objects``: the schema's owner, or a role granted select on it)."""
-        rows = self._fetch(
-            "select object_id, version, state, space_id, metadata -> 'source' as source"
-            " from groundkit.objects where object_id = any(%(ids)s::text[])",
-            {"ids": list(object_ids)},
-        )
-        return {r["object_id"]: StoredObject.model_validate(r) for r in rows}
+        return self._run(ops.stored_objects(object_ids))
 
     def sourced_objects(self, space_id: str, base: str) -> dict[str, StoredObject]:
         """The live objects of ``space_id`` that ``groundkit ingest`` loaded from files under the
         directory ``base`` (``metadata.source.base``), by id."""
-        _no_nul(space_id=space_id, base=base)
-        rows = self._fetch(
-            "select object_id, version, state, space_id, metadata -> 'source' as source"
-            " from groundkit.objects where space_id = %(space_id)s and state = 'live'"
-            " and metadata -> 'source' ->> 'base' = %(base)s",
-            {"space_id": space_id, "base": base},
-        )
-        return {r["object_id"]: StoredObject.model_validate(r) for r in rows}
+        return self._run(ops.sourced_objects(space_id, base))
 
     def chunk_count(self, object_ids: Sequence[str]) -> int:
         """How many chunks the current versions of ``object_ids`` have."""
-        return int(self._scalar("select count(*) from groundkit.chunks where object_id = any(%(ids)s::text[])",
-                                {"ids": list(object_ids)}))
+        return self._run(ops.chunk_count(object_ids))
 
     def fetch_citation(self, reader_sub: str, object_id: str, version: int, chunk_seq: int) -> Citation | None:
         """The chunk a hit cited, with its context, if ``reader_sub`` may see it right now; else

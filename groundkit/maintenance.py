@@ -21,13 +21,25 @@ import math
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol
 
 from groundkit.errors import InvalidArgument
 from groundkit.models import Due, IndexStatus, MaintenanceReport, MaintenanceStep, StepName
 
-if TYPE_CHECKING:
-    from groundkit.admin import Admin
+
+class Maintainable(Protocol):
+    """What a maintenance pass calls: :class:`groundkit.admin.Admin`'s methods (a protocol, so
+    that this policy module, which the admin imports, imports neither it nor the client)."""
+
+    def _fetch(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def _outside_transaction(self) -> bool: ...
+    def _vacuum(self, table: str) -> None: ...
+    def reindex_impacts(self, avgdl_ref: float | None = None, progress: Callable[[int, int], None] | None = None,
+                        *, step_postings: int = ...) -> int: ...
+    def merge_pending(self) -> int: ...
+    def analyze_postings(self, min_postings: int | None = None, progress: Callable[[int, int], None] | None = None,
+                         reindex_at: float | None = ...) -> int: ...
+    def index_status(self) -> IndexStatus: ...
 
 # Analyze once the chunk ids issued since the last analyze reach this share of the chunks there
 # were then (postings_growth()): at 1M chunks a tenth more unanalyzed made the broad reader's p95
@@ -53,10 +65,9 @@ HEARTBEAT_KEEP = "7 days"
 
 # progress(step, done, total), step being a MaintenanceStep name
 StepProgress = Callable[[str, int, int], None]
-R = TypeVar("R")
 
 
-def due(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH,
+def due(gk: Maintainable, *, analyze_growth: float = ANALYZE_GROWTH,
         reindex_at: float = REINDEX_DRIFT) -> tuple[Due, ...]:
     """What a maintenance pass does now, and why; ``reindex_at`` or ``analyze_growth`` 0 (or
     less): that job is never due."""
@@ -69,7 +80,7 @@ def due(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH,
     return tuple(Due.model_validate(r) for r in rows)
 
 
-def maintain(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: float = REINDEX_DRIFT,
+def maintain(gk: Maintainable, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: float = REINDEX_DRIFT,
              progress: StepProgress | None = None) -> MaintenanceReport:
     """One pass of whatever is due, in this order: recompute the impacts (resuming one that was
     interrupted; in steps on an autocommit connection), merge the pending part, analyze the
@@ -119,7 +130,7 @@ def maintain(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: f
     return MaintenanceReport(started_at=started_at, seconds=round(time.perf_counter() - t0, 3), steps=tuple(steps))
 
 
-def early_reindex(gk: Admin, chunks_before: int, *, reindex_at: float = REINDEX_DRIFT) -> IndexStatus | None:
+def early_reindex(gk: Maintainable, chunks_before: int, *, reindex_at: float = REINDEX_DRIFT) -> IndexStatus | None:
     """For a large load, once it has written :data:`EARLY_REINDEX_OBJECTS` objects: the index's
     status if the load has at least doubled the chunks there were before it (``chunks_before``)
     and the impacts' reference length is off by ``reindex_at`` (0: never), in which case

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -33,6 +33,7 @@ from groundkit.models import (
     SearchMode,
     Segment,
     Space,
+    StoredObject,
     WriteResult,
     WriteStatus,
 )
@@ -46,9 +47,10 @@ if TYPE_CHECKING:
 EmbedderOf = Callable[["EmbeddingModel"], "QueryEmbedder"]
 
 __all__ = [
-    "check_filters", "check_k", "check_markers", "check_query", "delete_object", "fetch_citation", "grant_space",
+    "check_filters", "check_k", "check_markers", "check_query", "chunk_count", "fetch_citation", "grant_space",
     "home", "put", "put_member", "put_object", "put_objects", "put_space", "record_engagement",
-    "record_sample_engagement", "revoke_space", "search", "snapshot_marker", "state_checksum", "versioned",
+    "record_sample_engagement", "revoke_space", "search", "set_sample_limit", "set_sample_rate", "snapshot_marker",
+    "sourced_objects", "state_checksum", "stored_objects", "versioned",
 ]
 
 
@@ -201,8 +203,24 @@ def versioned(fn: str, object_id: str, version: int, **extra: str) -> Op[WriteRe
     return WriteResult(object_id=object_id, version=version, status=WriteStatus(status))
 
 
-def delete_object(object_id: str, version: int) -> Op[WriteResult]:
-    return (yield from versioned("delete_object", object_id, version))
+_STORED = "select object_id, version, state, space_id, metadata -> 'source' as source from groundkit.objects"
+
+
+def stored_objects(object_ids: Sequence[str]) -> Op[dict[str, StoredObject]]:
+    found = yield from rows(_STORED + " where object_id = any(%(ids)s::text[])", {"ids": list(object_ids)})
+    return {r["object_id"]: StoredObject.model_validate(r) for r in found}
+
+
+def sourced_objects(space_id: str, base: str) -> Op[dict[str, StoredObject]]:
+    no_nul(space_id=space_id, base=base)
+    found = yield from rows(_STORED + " where space_id = %(space_id)s and state = 'live'"
+                            " and metadata -> 'source' ->> 'base' = %(base)s", {"space_id": space_id, "base": base})
+    return {r["object_id"]: StoredObject.model_validate(r) for r in found}
+
+
+def chunk_count(object_ids: Sequence[str]) -> Op[int]:
+    return int((yield from scalar("select count(*) from groundkit.chunks where object_id = any(%(ids)s::text[])",
+                                  {"ids": list(object_ids)})))
 
 
 # -- reading -----------------------------------------------------------------------------------
@@ -316,6 +334,20 @@ def record_sample_engagement(sample_id: UUID | str, object_id: str, kind: str, v
     no_nul(object_id=object_id, kind=kind)
     yield Query("select groundkit.record_sample_engagement(%(sid)s, %(object_id)s, %(kind)s, %(value)s)",
                 {"sid": sid, "object_id": object_id, "kind": kind, "value": None if value is None else float(value)})
+
+
+def set_sample_limit(per_reader: int, per: timedelta) -> Op[None]:
+    if isinstance(per_reader, bool) or not isinstance(per_reader, int) or per_reader < 1:
+        raise InvalidArgument(f"per_reader must be a positive integer (got {per_reader!r})")
+    if not isinstance(per, timedelta):
+        raise InvalidArgument(f"per must be a timedelta (got {per!r})")
+    yield Query("select groundkit.set_sample_limit(%(n)s, %(per)s)", {"n": per_reader, "per": per})
+
+
+def set_sample_rate(rate: float) -> Op[float]:
+    if isinstance(rate, bool) or not isinstance(rate, int | float):
+        raise InvalidArgument(f"sample_rate must be a number between 0 and 1 (got {rate!r})")
+    return float((yield from scalar("select groundkit.set_sample_rate(%(rate)s)", {"rate": float(rate)})))
 
 
 def fetch_citation(reader_sub: str, object_id: str, version: int, chunk_seq: int) -> Op[Citation | None]:

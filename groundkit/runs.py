@@ -182,7 +182,7 @@ class _RunBase:
 
     def _complete_steps(self, messages: Sequence[Message | dict[str, Any]], *, model: str, provider: LlmProvider,
                         prompt_version: str | None, objects: Sequence[str] | None, temperature: float | None,
-                        max_tokens: int | None) -> tuple[Op[Completion], bool]:
+                        max_tokens: int | None) -> Op[Completion]:
         """The checks of :meth:`Run.complete`, then (the run's transaction begun by the caller)
         the call as an operation."""
         self._check_open()
@@ -235,7 +235,7 @@ class _RunBase:
                               policy_version=sent.decision.policy_version,
                               provider_class=sent.decision.provider_class, scrubbed=sent.scrubbed)
 
-        return steps(), True
+        return steps()
 
     def _objects_in(self, text: str) -> list[str]:
         """Objects whose text this run read and that appear in ``text``: every citation of an
@@ -375,7 +375,7 @@ class Run(_RunBase):
         the refusal pinned in the run. Pinned when sent: the prompt version (``prompt_version``,
         else the run's), the SHA-256 of the messages as sent (after scrubbing) and of the answer,
         tokens and cost (metered under the run's flow), the policy version and the provider class."""
-        op, _ = self._complete_steps(messages, model=model, provider=provider, prompt_version=prompt_version,
+        op = self._complete_steps(messages, model=model, provider=provider, prompt_version=prompt_version,
                                      objects=objects, temperature=temperature, max_tokens=max_tokens)
         self._ensure_begun()  # the decision and the metered call are recorded in the run's transaction
         return self._session._run(op)
@@ -485,7 +485,7 @@ class AsyncRun(_RunBase):
                        prompt_version: str | None = None, objects: Sequence[str] | None = None,
                        temperature: float | None = None, max_tokens: int | None = None) -> Completion:
         """:meth:`Run.complete` (the provider's HTTP call in a worker thread)."""
-        op, _ = self._complete_steps(messages, model=model, provider=provider, prompt_version=prompt_version,
+        op = self._complete_steps(messages, model=model, provider=provider, prompt_version=prompt_version,
                                      objects=objects, temperature=temperature, max_tokens=max_tokens)
         await self._ensure_begun()
         return await self._session._run(op)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -216,6 +216,7 @@ def test_the_async_client_is_exported_and_mirrors_the_sync_one() -> None:
     shared = ["put_member", "put_space", "grant_space", "revoke_space", "put", "put_object", "put_objects",
               "retier_object", "delete_object", "redact_object", "search", "record_sample_engagement",
               "fetch_citation", "home", "record_engagement", "snapshot_marker", "state_checksum", "run", "replay",
+              "set_sample_limit", "set_sample_rate", "stored_objects", "sourced_objects", "chunk_count",
               "runs", "diff_runs", "prune_runs"]
     for name in shared:
         sync_sig = inspect.signature(getattr(Sync, name))
@@ -225,4 +226,3 @@ def test_the_async_client_is_exported_and_mirrors_the_sync_one() -> None:
             assert inspect.iscoroutinefunction(getattr(AsyncGroundkit, name)), name
 
 
-Coro = Coroutine[Any, Any, Any]
