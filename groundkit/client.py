@@ -207,6 +207,11 @@ class Groundkit(Admin):
             embedder = self._embedders[key] = query_embedder(model)
         return embedder
 
+    def _record_sample(self, reader_sub: str, query: str, mode: str, k: int,
+                       hits: Sequence[SearchHit]) -> UUID | None:
+        """Record a drawn search (:func:`groundkit.ops.record_sample`)."""
+        return self._run(ops.record_sample(reader_sub, query, mode, k, hits))
+
     def record_sample_engagement(self, sample_id: UUID | str, object_id: str, kind: str,
                                  value: float | None = None) -> None:
         """Record an engagement with a hit of a sampled search (:attr:`last_sample_id`): a
