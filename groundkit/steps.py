@@ -25,7 +25,7 @@ from psycopg import sql
 
 from groundkit.errors import GroundkitError
 
-__all__ = ["Op", "Query", "Step", "Transmit", "drive", "one", "rows", "scalar"]
+__all__ = ["Op", "Query", "Step", "Transmit", "drive", "rows", "scalar"]
 
 T = TypeVar("T")
 
@@ -81,12 +81,6 @@ def rows(statement: str | sql.Composable, params: Mapping[str, Any] | None = Non
     """The rows of one statement (the building block of the others)."""
     result: list[dict[str, Any]] = yield Query(statement, params or {})
     return result
-
-
-def one(statement: str | sql.Composable, params: Mapping[str, Any] | None = None) -> Op[dict[str, Any] | None]:
-    """The first row of one statement, or None."""
-    result = yield from rows(statement, params)
-    return result[0] if result else None
 
 
 def scalar(statement: str | sql.Composable, params: Mapping[str, Any] | None = None) -> Op[Any]:
