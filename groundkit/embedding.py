@@ -213,7 +213,7 @@ EMBED_BACKOFF_MAX_S = 300.0
 
 class EmbedPass:
     """What the worker does after each maintenance pass: for every model that is active or being
-    reindexed, embed what it lacks, then build each HNSW index that is due. Keeps one embedder
+    reindexed, embed what it lacks, then build each of its buckets' HNSW indexes that is due. Keeps one embedder
     per model across passes (loading the local model takes seconds). A failure (a provider down,
     a bad answer) is returned, not raised, and embedding is skipped for a while, doubling from
     one pass interval up to :data:`EMBED_BACKOFF_MAX_S`; the maintenance jobs go on meanwhile."""
@@ -239,7 +239,7 @@ class EmbedPass:
     def run(self, s: Session, progress: EmbedProgressByModel | None = None
             ) -> tuple[list[MaintenanceStep], GroundkitError | None]:
         """One pass: the steps it ran (``embed`` per model that had something to embed, ``hnsw``
-        per index built) and the failure that stopped it, if one did."""
+        per model whose bucket indexes were built, ``count`` of them) and the failure that stopped it, if one did."""
         steps: list[MaintenanceStep] = []
         if time.monotonic() < self.resume_at:
             return steps, None
@@ -273,15 +273,20 @@ def _for_model(progress: EmbedProgressByModel, model: str) -> EmbedProgress:
 
 
 def build_due_indexes(s: Session, models: Sequence[str]) -> list[MaintenanceStep]:
-    """Build the HNSW index of each of ``models`` that has enough embeddings and none yet
-    (``groundkit.dense``; concurrently, so searches and the embedding go on)."""
-    from groundkit.dense import build_hnsw_index
+    """Check again the texts stored while a writer may have written a chunk of them
+    (``groundkit.dense_recheck``), then build the HNSW index of each bucket of ``models`` that has
+    enough entries and none yet (``groundkit.dense``; concurrently, so searches and the embedding
+    go on)."""
+    from groundkit.dense import build_hnsw_indexes
 
     steps = []
     for name in models:
-        if not s._scalar("select due from groundkit.hnsw_status(%(model)s)", {"model": name}):
+        s._scalar("select groundkit.dense_recheck(%(model)s)", {"model": name})
+        if not s._scalar("select coalesce(bool_or(due), false) from groundkit.hnsw_status(%(model)s)",
+                         {"model": name}):
             continue
         t = time.perf_counter()
-        build_hnsw_index(s.conn, name)
-        steps.append(MaintenanceStep(name="hnsw", reason=name, count=1, seconds=round(time.perf_counter() - t, 3)))
+        built = build_hnsw_indexes(s.conn, name)
+        steps.append(MaintenanceStep(name="hnsw", reason=name, count=len(built),
+                                     seconds=round(time.perf_counter() - t, 3)))
     return steps

@@ -77,6 +77,8 @@ as $$
 declare
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
     moved bigint;
+    moved_ids bigint[];
+    moved_keys bigint[];
 begin
     -- No merge may move these chunks' postings meanwhile: term_stats counts the chunks' terms in
     -- postings, not those still pending (docs/bm25.md, "The pending part").
@@ -126,10 +128,19 @@ begin
      cross join lateral unnest(c.tsv) u
      where p.term = u.lexeme and p.chunk_id = x.chunk_id;
 
-    update groundkit.chunks c set stat_scope = x.new_scope
-      from groundkit._space_scope_changes(p_space_id) x
-     where c.chunk_id = x.chunk_id;
-    get diagnostics moved = row_count;
+    with u as (update groundkit.chunks c set stat_scope = x.new_scope
+                 from groundkit._space_scope_changes(p_space_id) x
+                where c.chunk_id = x.chunk_id
+               returning c.chunk_id, groundkit._vis_key(false, null, c.stat_scope is null, p_space_id, c.stat_scope) as vk)
+    select coalesce(array_agg(u.chunk_id), '{}'), coalesce(array_agg(u.vk), '{}') into moved_ids, moved_keys from u;
+    moved := cardinality(moved_ids);
+    -- Their entries in the dense index move to the same bucket (docs/dense.md, "Buckets"): after
+    -- the chunks' rows, whose locks an embedding store filing them holds until it commits.
+    if moved > 0 then
+        update groundkit.dense_entries e set vis_key = u.vk
+          from unnest(moved_ids, moved_keys) as u(chunk_id, vk)
+         where e.chunk_id = u.chunk_id and e.vis_key <> u.vk;
+    end if;
     return moved;
 end
 $$;

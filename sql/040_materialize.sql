@@ -189,6 +189,7 @@ declare
     pend boolean;
     lo_id bigint;
     hi_id bigint;
+    old_chunk_ids bigint[] := '{}';
 begin
     select * into cfg from groundkit.config;
     pend := p_pending and not p_rebuilding and cfg.pending_merge_chunks > 0;
@@ -236,7 +237,12 @@ begin
         delete from groundkit.postings p
          using groundkit.chunks c, unnest(c.tsv) u
          where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
-        delete from groundkit.chunks c where c.object_id = any (p_ids);
+        -- The chunks first (their row locks: an embedding store filing one of them finishes
+        -- first, sql/086_dense.sql), then their entries in the dense index, which this
+        -- statement's snapshot now shows whoever filed them.
+        with d as (delete from groundkit.chunks c where c.object_id = any (p_ids) returning c.chunk_id)
+        select coalesce(array_agg(d.chunk_id), '{}') into old_chunk_ids from d;
+        delete from groundkit.dense_entries e where e.chunk_id = any (old_chunk_ids);
     end if;
 
     -- The postings' lock before the impact parameters are read: reindex_impacts() (SHARE) waits
@@ -344,6 +350,24 @@ begin
 
     if p_rebuilding then
         return;
+    end if;
+
+    -- The new chunks' entries in the dense index, for every model that has embedded their text
+    -- already (a re-tier, a move, an unchanged new version; docs/dense.md "Buckets"). A text
+    -- being stored right now is filed by the store, or checked again after this transaction
+    -- (groundkit._dense_recheck).
+    if exists (select 1 from groundkit.embedding_models) then
+        insert into groundkit.dense_entries (chunk_id, model, vis_key, content_hash, embedding)
+        select c.chunk_id, m.name, groundkit._chunk_vis_key(o.owner_only, o.owner_sub, o.space_id, c.stat_scope),
+               e.content_hash, e.embedding
+          from groundkit.chunks c
+          join groundkit.objects o on o.object_id = c.object_id
+         cross join groundkit.embedding_models m
+          join groundkit.embeddings e
+            on e.model = m.name
+           and e.content_hash = case m.recipe when 'text' then c.embed_hash_text else c.embed_hash_titled end
+         where c.object_id = any (p_ids)
+        on conflict (chunk_id, model) do nothing;
     end if;
 
     -- The net change to the statistics, as one statement ordered by key: two writers lock

@@ -239,7 +239,7 @@ $runs$;
 
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
 -- their query with); writers register models, run the embedding worker, read the lag and cut
--- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'
+-- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_indexes). The searches'
 -- signatures differ with and without pgvector (087_dense_search.*.sql): found by name.
 do $dense$
 declare
@@ -254,6 +254,7 @@ begin
         'groundkit.embed_store(text, bytea[], real[])',
         'groundkit.cutover(text, boolean)',
         'groundkit.hnsw_status(text)',
+        'groundkit.dense_recheck(text)',
         'groundkit.auto_search_mode()'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);

@@ -45,6 +45,7 @@ from typing import Any
 import psycopg
 
 from evals.bench.common import log
+from groundkit.dense import build_hnsw_indexes
 from groundkit.gate import roles
 
 MODEL = "sc-384"
@@ -103,14 +104,8 @@ def build(conn: psycopg.Connection[Any], visible: int, hidden: int, elsewhere: i
 
 
 def build_indexes(conn: psycopg.Connection[Any]) -> None:
-    """The model's HNSW index(es), whatever their size."""
-    from groundkit import dense
-
-    builder: Any = getattr(dense, "build_hnsw_indexes", None)
-    if builder is not None:
-        builder(conn, MODEL, min_entries=1, maintenance_work_mem="1GB")
-    else:  # a revision with one index per model (before issue 50)
-        dense.build_hnsw_index(conn, MODEL, maintenance_work_mem="1GB")
+    """Every bucket's HNSW index, whatever its size."""
+    build_hnsw_indexes(conn, MODEL, min_entries=1, maintenance_work_mem="1GB")
 
 
 def medians(conn: psycopg.Connection[Any], queries: Sequence[str], runs: int, warm_up: int) -> list[float]:

@@ -37,7 +37,7 @@ def embed(
     dsn: DsnOption = None,
 ) -> None:
     """Embed every current chunk that lacks an embedding for the model, batch by batch (one
-    transaction each), then build the model's HNSW index once it has enough embeddings. Safe
+    transaction each), then build each HNSW index of the model that is due. Safe
     beside other `embed` processes and workers (they take other batches); Ctrl-C keeps every
     batch committed and exits 130, and the next run embeds only what is still missing."""
     from groundkit.embedders import embedder_for
@@ -60,7 +60,8 @@ def embed(
                     progress.remove_task(task)
                     _say(report, as_json)
                     for step in embedding.build_due_indexes(gk, [m.name]):
-                        err.print(f"built the HNSW index of {step.reason} in {step.seconds:.1f} s", highlight=False)
+                        err.print(f"built {step.count} HNSW index(es) of {step.reason} in {step.seconds:.1f} s",
+                                  highlight=False)
         except KeyboardInterrupt:
             err.print("interrupted: the batches committed so far are kept; run groundkit embed again to "
                       "embed the rest", highlight=False)
