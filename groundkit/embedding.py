@@ -207,6 +207,9 @@ def _one_batch(s: Session, model: EmbeddingModel, embedder: Embedder, batch: int
 
 # -- the worker's embedding pass ---------------------------------------------------------------
 
+# Pending dense index entries merged per transaction (each an HNSW insert, about 1 ms at 384-d).
+DENSE_MERGE_BATCH = 500
+
 # The longest the worker skips embedding after provider failures (doubling from one pass).
 EMBED_BACKOFF_MAX_S = 300.0
 
@@ -273,20 +276,25 @@ def _for_model(progress: EmbedProgressByModel, model: str) -> EmbedProgress:
 
 
 def build_due_indexes(s: Session, models: Sequence[str]) -> list[MaintenanceStep]:
-    """Check again the texts stored while a writer may have written a chunk of them
-    (``groundkit.dense_recheck``), then build the HNSW index of each bucket of ``models`` that has
-    enough entries and none yet (``groundkit.dense``; concurrently, so searches and the embedding
-    go on)."""
-    from groundkit.dense import build_hnsw_indexes
+    """The dense index's upkeep after embedding (docs/dense.md, "Buckets"), for each of
+    ``models``: check again the texts stored while a writer may have written a chunk of them
+    (``groundkit.dense_recheck``); merge the entries writers filed or moved into their buckets'
+    HNSW indexes (``groundkit.dense.merge_pending``); build the HNSW index of each bucket that
+    has enough entries and none yet (concurrently, so searches and the embedding go on)."""
+    from groundkit.dense import build_hnsw_indexes, merge_pending
 
     steps = []
     for name in models:
         s._scalar("select groundkit.dense_recheck(%(model)s)", {"model": name})
-        if not s._scalar("select coalesce(bool_or(due), false) from groundkit.hnsw_status(%(model)s)",
-                         {"model": name}):
-            continue
         t = time.perf_counter()
-        built = build_hnsw_indexes(s.conn, name)
-        steps.append(MaintenanceStep(name="hnsw", reason=name, count=len(built),
-                                     seconds=round(time.perf_counter() - t, 3)))
+        merged, built = merge_pending(s.conn, name, batch=DENSE_MERGE_BATCH)
+        if merged:
+            steps.append(MaintenanceStep(name="dense", reason=name, count=merged,
+                                         seconds=round(time.perf_counter() - t, 3)))
+        t = time.perf_counter()
+        if s._scalar("select coalesce(bool_or(due), false) from groundkit.hnsw_status(%(model)s)", {"model": name}):
+            built += build_hnsw_indexes(s.conn, name)
+        if built:
+            steps.append(MaintenanceStep(name="hnsw", reason=name, count=len(built),
+                                         seconds=round(time.perf_counter() - t, 3)))
     return steps

@@ -353,13 +353,14 @@ begin
     end if;
 
     -- The new chunks' entries in the dense index, for every model that has embedded their text
-    -- already (a re-tier, a move, an unchanged new version; docs/dense.md "Buckets"). A text
-    -- being stored right now is filed by the store, or checked again after this transaction
-    -- (groundkit._dense_recheck).
+    -- already (a re-tier, a move, an unchanged new version; docs/dense.md "Buckets"). Pending:
+    -- the worker puts them in their bucket's HNSW index (dense_merge_pending), so that no write
+    -- pays for HNSW inserts; searches read them meanwhile. A text being stored right now is
+    -- filed by the store, or checked again after this transaction (groundkit._dense_recheck).
     if exists (select 1 from groundkit.embedding_models) then
-        insert into groundkit.dense_entries (chunk_id, model, vis_key, content_hash, embedding)
+        insert into groundkit.dense_entries (chunk_id, model, vis_key, content_hash, embedding, pending)
         select c.chunk_id, m.name, groundkit._chunk_vis_key(o.owner_only, o.owner_sub, o.space_id, c.stat_scope),
-               e.content_hash, e.embedding
+               e.content_hash, e.embedding, true
           from groundkit.chunks c
           join groundkit.objects o on o.object_id = c.object_id
          cross join groundkit.embedding_models m

@@ -453,6 +453,42 @@ begin
 end
 $$;
 
+-- The worker's pass: put up to `batch` pending entries of a model (filed or moved by writers;
+-- of one bucket, if given) in their buckets' HNSW indexes (an entry leaves the pending part; the
+-- index whose predicate it now meets takes it). Rows a writer holds are skipped, never waited
+-- for. Returns how many. (groundkit.dense.merge_pending builds a bucket's index again instead,
+-- when much of it is pending.)
+drop function if exists groundkit.dense_merge_pending(text, integer);
+create or replace function groundkit.dense_merge_pending(model text default null, batch integer default 1000,
+                                                         bucket bigint default null)
+returns bigint
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    m groundkit.embedding_models;
+    n bigint;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(dense_merge_pending.model);
+    if batch is null or batch < 1 or batch > 100000 then
+        raise exception 'batch must be between 1 and 100000 (got %)', coalesce(batch::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    update groundkit.dense_entries e set pending = false
+     where (e.chunk_id, e.model) in (select p.chunk_id, p.model from groundkit.dense_entries p
+                                      where p.model = m.name and p.pending
+                                        and (dense_merge_pending.bucket is null
+                                             or p.vis_key = dense_merge_pending.bucket)
+                                      order by p.chunk_id
+                                      limit batch
+                                        for update skip locked)
+       and e.pending;
+    get diagnostics n = row_count;
+    return n;
+end
+$$;
+
 -- The worker's store: one embedding per hash (a 2-D real[], one row per hash, the model's
 -- dimension wide), inserted idempotently. Hashes no current chunk uses any more are skipped (a
 -- redaction since the claim: its text is not kept). Returns how many rows it inserted.
@@ -546,14 +582,15 @@ begin
 end
 $$;
 
--- A model's buckets (docs/dense.md, "Buckets"): each with its entries, its HNSW index and whether
--- that index is due (at least _hnsw_min_entries() entries and no valid index yet;
+-- A model's buckets (docs/dense.md, "Buckets"): each with its entries (and how many of them are
+-- pending: filed or moved by writers, not in the index yet), its HNSW index and whether that index
+-- is due (at least _hnsw_min_entries() entries and no valid index yet;
 -- groundkit.dense.build_hnsw_indexes builds them, concurrently, as the owner). A bucket with an
 -- index and no entries left is listed too.
 drop function if exists groundkit.hnsw_status(text);
 create or replace function groundkit.hnsw_status(model text default null)
-returns table (name text, dimension integer, distance text, bucket bigint, entries bigint, threshold bigint,
-               index_name text, index_valid boolean, due boolean)
+returns table (name text, dimension integer, distance text, bucket bigint, entries bigint, pending bigint,
+               threshold bigint, index_name text, index_valid boolean, due boolean)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -565,7 +602,7 @@ begin
     m := groundkit._dense_model(hnsw_status.model);
     return query
     with b as (
-        select e.vis_key as bucket, count(*) as n
+        select e.vis_key as bucket, count(*) as n, count(*) filter (where e.pending) as p
           from groundkit.dense_entries e where e.model = m.name group by e.vis_key
     ), i as (
         -- the model's bucket indexes, by name (the bucket is the part after the prefix)
@@ -575,9 +612,10 @@ begin
          where x.indrelid = 'groundkit.dense_entries'::regclass
            and starts_with(c.relname::text, groundkit._hnsw_index_prefix(m.name))
     ), s as (
-        select b.bucket, b.n, groundkit._hnsw_index_name(m.name, b.bucket) as index_name from b
+        select b.bucket, b.n, b.p, groundkit._hnsw_index_name(m.name, b.bucket) as index_name from b
     )
-    select m.name, m.dimension, m.distance, s.bucket, coalesce(s.n, 0), groundkit._hnsw_min_entries(),
+    select m.name, m.dimension, m.distance, s.bucket, coalesce(s.n, 0), coalesce(s.p, 0),
+           groundkit._hnsw_min_entries(),
            coalesce(s.index_name, i.index_name), coalesce(i.valid, false),
            coalesce(s.n, 0) >= groundkit._hnsw_min_entries() and not coalesce(i.valid, false)
       from s full join i on i.index_name = s.index_name

@@ -93,6 +93,7 @@ declare
     score_expr text;
     visible bigint;
     use_index boolean;
+    large bigint[];
     buckets bigint[];
     indexed bigint[];
     whole bigint[];
@@ -126,7 +127,11 @@ begin
         -- to its rank (scope_stats, kept with every write; private spaces and owner-only notes
         -- are not counted there, and are taken to be few). A filter may narrow a large set: then
         -- it is counted, up to the cross-over.
-        select coalesce(sum(s.n_chunks), 0) into visible from groundkit.scope_stats s where s.scope <= v_rank;
+        select coalesce(sum(s.n), 0),
+               coalesce(array_agg(s.scope::bigint) filter (where s.n >= groundkit._hnsw_min_entries()), '{}')
+          into visible, large
+          from (select s.scope, sum(s.n_chunks) as n
+                  from groundkit.scope_stats s where s.scope <= v_rank group by s.scope) s;
         if (content_types is not null or space_ids is not null) and visible > groundkit._dense_exact_max() then
             select count(*) into visible
               from (select 1
@@ -143,7 +148,6 @@ begin
     end if;
 
     if use_index then
-        perform set_config('hnsw.ef_search', greatest(100, 2 * k)::text, true);
         -- Only the reader's buckets are read, so the work depends on what the reader may see,
         -- never on invisible chunks near the query. A bucket whose HNSW index is built gets a
         -- scan of its own (the predicate `vis_key = <bucket>` is the partial index's, so the
@@ -159,6 +163,14 @@ begin
                     on c.relname = groundkit._hnsw_index_name(m.name, u.bucket)
                    and c.relnamespace = 'groundkit'::regnamespace
                   left join pg_catalog.pg_index x on x.indexrelid = c.oid) b;
+        -- A large shared bucket whose index is not built yet (a new model, or just after the
+        -- upgrade to revision 0025, until the worker builds it) would be read whole: the exact
+        -- scan answers meanwhile.
+        use_index := large <@ indexed;
+    end if;
+
+    if use_index then
+        perform set_config('hnsw.ef_search', greatest(100, 2 * k)::text, true);
         -- Relaxed order: each scan's rows come nearly sorted; each bucket's k nearest visible
         -- ones are taken, then all of them sorted exactly. The predicate is a join inside each
         -- scanned statement, so an iterative scan goes on until k visible rows came (or
@@ -166,14 +178,21 @@ begin
         branch := '(select e.chunk_id, v.object_id, v.chunk_seq, ' || dist || ' as d
                       from groundkit.dense_entries e
                      cross join lateral groundkit._visible_chunk(e.chunk_id, $2, $3, $4, $5) v
-                     where e.model = ' || quote_literal(m.name) || ' and e.vis_key <bucket>
+                     where e.model = ' || quote_literal(m.name) || ' and <bucket>
                      order by ' || dist || '
                      limit $6)';
-        parts := array(select replace(branch, '<bucket>', '= ' || quote_literal(u.b::text) || '::bigint')
+        parts := array(select replace(branch, '<bucket>',
+                                      'e.vis_key = ' || quote_literal(u.b::text) || '::bigint and not e.pending')
                          from unnest(indexed) as u(b));
-        -- (most readers' own-notes bucket is empty: no branch to plan for it)
+        -- (most readers' own-notes bucket is empty, and most of the time nothing is pending: no
+        -- branch to plan for them)
         if exists (select 1 from groundkit.dense_entries e where e.model = m.name and e.vis_key = any (whole)) then
-            parts := parts || replace(branch, '<bucket>', '= any ($7)');
+            parts := parts || replace(branch, '<bucket>', 'e.vis_key = any ($7)');
+        end if;
+        -- entries writers filed or moved into an indexed bucket, not merged into its index yet
+        if exists (select 1 from groundkit.dense_entries e
+                    where e.model = m.name and e.vis_key = any (indexed) and e.pending) then
+            parts := parts || replace(branch, '<bucket>', 'e.vis_key = any ($8) and e.pending');
         end if;
         if cardinality(parts) > 0 then
             execute format(
@@ -182,7 +201,7 @@ begin
                    from (select y.* from (%s) y order by y.d, y.object_id, y.chunk_seq limit $6) z',
                 score_expr, array_to_string(parts, ' union all '))
                into ids, scores
-              using query_embedding, v_rank, v_member, content_types, space_ids, k, whole;
+              using query_embedding, v_rank, v_member, content_types, space_ids, k, whole, indexed;
         end if;
         if groundkit._debug_allowed() then
             raise debug 'groundkit dense: index scan, % of % rows', coalesce(cardinality(ids), 0), k;

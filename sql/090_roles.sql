@@ -255,6 +255,7 @@ begin
         'groundkit.cutover(text, boolean)',
         'groundkit.hnsw_status(text)',
         'groundkit.dense_recheck(text)',
+        'groundkit.dense_merge_pending(text, integer, bigint)',
         'groundkit.auto_search_mode()'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);

@@ -144,6 +144,72 @@ def test_permission_is_inside_the_bucket_scan_for_every_reader(dense: Groundkit,
     assert {r["object_id"] for r in search_dense(dense, "t2", "kiln firing", k=200)} == {"pub", "mem", "t2post"}
 
 
+def test_a_large_bucket_without_its_index_yet_is_answered_exactly(dense: Groundkit, dsn: str) -> None:
+    """Until a large bucket's HNSW index is built (a new model, an upgrade), a reader whose
+    buckets include it gets the exact scan rather than a read of the whole bucket; small buckets
+    are read whole on the index path."""
+    from tests.test_dense_sql import _many, paths
+
+    dense.conn.execute("create or replace function groundkit._hnsw_min_entries() returns bigint"
+                       " language sql immutable as $$ select 100::bigint $$")
+    _many(dense, 600, 10)  # 60 T0 chunks, 540 T3
+    dense.conn.execute("set groundkit.dense_exact_max = 0")
+    assert paths(dense, lambda: search_dense(dense, "t0", "glaze", k=10)) == ["index scan, 10 of 10 rows"]
+    assert paths(dense, lambda: search_dense(dense, "t3", "glaze", k=10)) == ["exact scan"]
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        assert build_hnsw_indexes(owner, MODEL) == [_index(dense, 3)]  # the due one
+    assert paths(dense, lambda: search_dense(dense, "t3", "glaze", k=10)) == ["index scan, 10 of 10 rows"]
+
+
+def test_entries_writers_move_are_pending_until_the_worker_merges_them(dense: Groundkit, dsn: str) -> None:
+    """A put_space that moves chunks into an indexed bucket makes no HNSW inserts: their entries
+    are pending (outside every index's predicate), searches read them whole meanwhile, and the
+    worker's dense_merge_pending puts them in the index, batch by batch."""
+    from tests.test_dense_sql import _many, paths
+
+    _many(dense, 400, 1)  # 400 T0 chunks in the open space
+    _build(dsn)
+    dense.conn.execute("set groundkit.dense_exact_max = 0")
+    before = hits(search_dense(dense, "t0", "glaze kiln", k=10))
+    dense.put_space("open", "T0", private=True)
+    dense.put_space("open", "T0")
+    pending = dense.conn.execute("select count(*) as n from groundkit.dense_entries where pending").fetchone()
+    assert pending == {"n": 400}
+    assert out_of_step(dense) == []
+    assert hits(search_dense(dense, "t0", "glaze kiln", k=10)) == \
+        hits(search_dense(dense, "t0", "glaze kiln", k=10, exact=True))  # read whole: exact
+    with psycopg.connect(dsn, autocommit=True) as worker:
+        assert [worker.execute("select groundkit.dense_merge_pending(null, 150)").fetchone()[0]  # type: ignore[index]
+                for _ in range(4)] == [150, 150, 100, 0]
+    assert paths(dense, lambda: search_dense(dense, "t0", "glaze kiln", k=10)) == ["index scan, 10 of 10 rows"]
+    assert len(set(hits(search_dense(dense, "t0", "glaze kiln", k=10))) & set(before)) >= 8
+    work = _work(dense, "t0", "glaze kiln")
+    assert work == {"rows dense_entries": 10, f"scans {_index(dense, 0)}": 1}, work  # the index alone again
+
+
+def test_the_worker_builds_a_mostly_pending_bucket_again_rather_than_insert_each(dense: Groundkit,
+                                                                               dsn: str) -> None:
+    """merge_pending: a bucket whose index is built and much of which a writer moved gets its
+    index dropped and built again (the entries marked between), not an insert per entry; a few
+    pending entries are merged one by one."""
+    from groundkit.dense import merge_pending
+    from tests.test_dense_sql import _many
+
+    dense.conn.execute("create or replace function groundkit._hnsw_min_entries() returns bigint"
+                       " language sql immutable as $$ select 100::bigint $$")
+    _many(dense, 400, 1)
+    with psycopg.connect(dsn, autocommit=True) as owner:
+        assert build_hnsw_indexes(owner, MODEL) == [_index(dense, 0)]
+        dense.put_space("open", "T0", private=True)
+        dense.put_space("open", "T0")
+        assert merge_pending(owner, MODEL) == (400, [_index(dense, 0)])
+        dense.retier_object("o1", 2, "T0")  # one entry filed by a writer: merged into the index
+        assert merge_pending(owner, MODEL) == (1, [])
+    status = {r["bucket"]: r for r in dense.conn.execute("select * from groundkit.hnsw_status()").fetchall()}
+    assert status[0]["index_valid"] and status[0]["pending"] == 0 and status[0]["entries"] == 400
+    assert out_of_step(dense) == []
+
+
 # -- the entries follow the chunks ----------------------------------------------------------------
 
 

@@ -440,7 +440,7 @@ def test_exact_and_index_scans_agree(dense: Groundkit, dsn: str) -> None:
         assert build_hnsw_indexes(owner, MODEL) == [owner.execute(
             "select groundkit._hnsw_index_name(%s, 0)", (MODEL,)).fetchone()[0]]  # type: ignore[index]
         plan = owner.execute("explain select 1 from groundkit.dense_entries e where e.model = %s"
-                             " and e.vis_key = '0'::bigint"
+                             " and e.vis_key = '0'::bigint and not e.pending"
                              " order by (e.embedding::vector(32)) <=> %s::vector limit 5",
                              (MODEL, vector_literal(embed("glaze")))).fetchall()
         assert any("dense_hnsw_" in r[0] for r in plan), plan

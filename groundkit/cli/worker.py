@@ -55,11 +55,12 @@ def describe(report: MaintenanceReport) -> str:
     """One line: each step, what it counted, how long it took."""
     nouns = {"reindex": "recomputed {} postings' impacts", "merge": "merged {} pending posting(s)",
              "analyze": "sketched {} postings list(s)", "vacuum": "vacuumed {} table(s)",
-             "embed": "embedded {} chunk(s)", "hnsw": "built {} HNSW index(es)"}
+             "embed": "embedded {} chunk(s)", "dense": "merged {} dense index entries",
+             "hnsw": "built {} HNSW index(es)"}
     parts = []
     for s in report.steps:
         part = f"{nouns[s.name].format(s.count)} in {s.seconds:.1f} s"
-        if s.name in ("reindex", "analyze", "embed", "hnsw"):
+        if s.name in ("reindex", "analyze", "embed", "dense", "hnsw"):
             part += f" ({s.reason})"
         parts.append(part)
     return "; ".join(parts)

@@ -13,6 +13,9 @@ Create Date: 2026-12-05
   (``... where model = '<model>' and vis_key = <bucket>``), built concurrently by the worker
   (``groundkit.dense.build_hnsw_indexes``). Writes, the worker's store and ``put_space`` keep it
   in step with the chunks (sql/040_materialize.sql, sql/086_dense.sql, sql/030_authority.sql).
+  ``pending``: an entry a writer filed or moved, which the indexes leave out (their predicate
+  says ``not pending``) until the worker merges it, so that no write pays for HNSW inserts;
+  searches read a bucket's pending entries whole meanwhile.
 - ``dense_recheck``: texts the worker stored while a writer may have written a chunk of the
   same text that neither could see; each is filed again once every transaction running at the
   time (``fence``) has finished.
@@ -41,11 +44,14 @@ create table groundkit.dense_entries (
     vis_key bigint not null,
     content_hash bytea not null,
     embedding real[] not null,
+    pending boolean not null default false,
     primary key (chunk_id, model)
 );
 alter table groundkit.dense_entries alter column embedding set storage main;
 -- a bucket's entries (the exact scan of a bucket without an index; the indexes' sizes)
 create index dense_entries_bucket_idx on groundkit.dense_entries (model, vis_key);
+-- the entries writers filed or moved, not yet in their bucket's HNSW index
+create index dense_entries_pending_idx on groundkit.dense_entries (model, vis_key) where pending;
 -- a text's entries (filing and checking again by hash)
 create index dense_entries_hash_idx on groundkit.dense_entries (model, content_hash);
 
