@@ -135,6 +135,19 @@ as $$
                 else scope_rank::bigint end
 $$;
 
+-- A chunk's bucket (dense_entries.vis_key, docs/dense.md "Buckets") from its own row: its scope
+-- is NULL exactly for private spaces and owner-only objects, and the object's owner and space are
+-- fixed for the chunk's lifetime (a new version writes new chunks). So a chunk row locked FOR
+-- SHARE gives its bucket, whatever a concurrent put_space did to the space row.
+create or replace function groundkit._chunk_vis_key(owner_only boolean, owner_sub text, space_id text,
+                                                    stat_scope integer)
+returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select groundkit._vis_key(coalesce(owner_only, false), owner_sub, stat_scope is null, space_id, stat_scope)
+$$;
+
 -- A posting's stored impact (postings.imp, docs/bm25.md "Postings"): the BM25 term-frequency
 -- part (groundkit._tf_part, sql/035_bm25.sql) at the reference length avgdl_ref with
 -- groundkit.bm25_impact's parameters, as a real. The one definition of it for writes, merges, reindex_impacts() and state_checksum():

@@ -351,20 +351,8 @@ $$;
 -- model whose text the model embedded, in the chunk's visibility bucket, as its postings are
 -- (groundkit._vis_key). Writers file the entries of the chunks they write whose text is already
 -- embedded (sql/040_materialize.sql) and move them with their chunks' scopes (_restat_space);
--- the worker's store files those of the texts it stores (below).
---
--- A chunk's bucket from its own row: its scope is NULL exactly for private spaces and owner-only
--- objects, and the object's owner and space are fixed for the chunk's lifetime (a new version
--- writes new chunks). So a chunk row locked FOR SHARE gives its bucket, whatever a concurrent
--- put_space did to the space row.
-create or replace function groundkit._chunk_vis_key(owner_only boolean, owner_sub text, space_id text,
-                                                    stat_scope integer)
-returns bigint
-language sql immutable parallel safe
-set search_path = pg_catalog, pg_temp
-as $$
-    select groundkit._vis_key(coalesce(owner_only, false), owner_sub, stat_scope is null, space_id, stat_scope)
-$$;
+-- the worker's store files those of the texts it stores (below). A chunk's bucket:
+-- groundkit._chunk_vis_key (sql/040_materialize.sql).
 
 -- File the entries of the current chunks whose text is one of `hashes`, for a model that has
 -- embedded them. Each chunk row is locked FOR SHARE first, so that a writer replacing it or
