@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -21,7 +21,7 @@ from groundkit import embedding, runs, telemetry
 from groundkit.admin import Admin
 from groundkit.config import Settings
 from groundkit.dsn import connect as dsn_connect
-from groundkit.errors import GroundkitError, InvalidArgument, UnknownContentType
+from groundkit.errors import GroundkitError, InvalidArgument, SampleRefused, UnknownContentType
 from groundkit.maintenance import REINDEX_DRIFT, REINDEX_STEP_POSTINGS
 from groundkit.models import (
     CONTENT_TYPES,
@@ -350,7 +350,7 @@ class Groundkit(Admin):
                 del row["_sample"], row["_tier_rank"]
             hits = [SearchHit.model_validate(r) for r in rows if r["object_id"] is not None]
             telemetry.set_attributes(current, hits=len(hits), reader_tier_rank=tier_rank)
-            self.last_sample_id = self._record_sample(query, mode, k, tier_rank, hits) if sample else None
+            self.last_sample_id = self._record_sample(reader_sub, query, mode, k, hits) if sample else None
         telemetry.add_hits(len(hits), mode=mode)
         return hits
 
@@ -363,28 +363,34 @@ class Groundkit(Admin):
         key = model.model_dump_json()
         embedder = self._embedders.get(key)
         if embedder is None:
-            embedder = embedder_for(model, meter_to=self if self.flow is not None else None, flow=self.flow)
+            # the outbound policy is read from this database on every call; the decision is
+            # recorded (and the call metered) where a flow is set
+            embedder = embedder_for(model, meter_to=self if self.flow is not None else None, flow=self.flow,
+                                    policy_from=self)
             self._embedders[key] = embedder
         return embedding.vector_literal(embedder.embed_query(query))
 
-    def _record_sample(self, query: str, mode: str, k: int, tier_rank: int | None,
+    def _record_sample(self, reader_sub: str, query: str, mode: str, k: int,
                        hits: Sequence[SearchHit]) -> UUID | None:
         """Record a drawn search (``groundkit.record_sample``) in a savepoint of the caller's
-        transaction, or its own; in a read-only transaction or on a standby, nothing (the search
-        still answers)."""
+        transaction, or its own. Nothing (``None``, and the search still answers) in a read-only
+        transaction or on a standby, past the sampler's bound per reader, or when a hit changed
+        between the search and this statement (GK027: the server records only chunks the reader
+        may see now)."""
         payload = [{"object_id": h.object_id, "object_version": h.object_version, "chunk_seq": h.chunk_seq,
-                    "score": h.score, "char_start": h.char_start, "char_end": h.char_end, "chunker": h.chunker}
-                   for h in hits]
+                    "score": h.score} for h in hits]
         try:
             with self._errors(), self.conn.transaction(), self.conn.cursor() as cur:
-                cur.execute("select groundkit.record_sample(%(query)s, %(mode)s, %(k)s, %(rank)s, %(hits)s) as id",
-                            {"query": query, "mode": mode, "k": k, "rank": tier_rank, "hits": Jsonb(payload)})
+                cur.execute("select groundkit.record_sample(%(reader)s, %(query)s, %(mode)s, %(k)s, %(hits)s) as id",
+                            {"reader": reader_sub, "query": query, "mode": mode, "k": k, "hits": Jsonb(payload)})
                 row = cur.fetchone()
+        except SampleRefused:
+            return None
         except GroundkitError as exc:
             if exc.sqlstate == "25006":  # read_only_sql_transaction
                 return None
             raise
-        return None if row is None else UUID(str(row["id"]))
+        return None if row is None or row["id"] is None else UUID(str(row["id"]))
 
     def record_sample_engagement(self, sample_id: UUID | str, object_id: str, kind: str,
                                  value: float | None = None) -> None:
@@ -402,6 +408,16 @@ class Groundkit(Admin):
         self._fetch("select groundkit.record_sample_engagement(%(sid)s, %(object_id)s, %(kind)s, %(value)s)",
                     {"sid": sid, "object_id": object_id, "kind": kind,
                      "value": None if value is None else float(value)})
+
+    def set_sample_limit(self, per_reader: int, per: timedelta) -> None:
+        """Record at most ``per_reader`` samples per reader in each window of length ``per`` (1
+        second to 31 days; default 100 an hour); searches past it are not sampled. The schema
+        owner's call."""
+        if isinstance(per_reader, bool) or not isinstance(per_reader, int) or per_reader < 1:
+            raise InvalidArgument(f"per_reader must be a positive integer (got {per_reader!r})")
+        if not isinstance(per, timedelta):
+            raise InvalidArgument(f"per must be a timedelta (got {per!r})")
+        self._fetch("select groundkit.set_sample_limit(%(n)s, %(per)s)", {"n": per_reader, "per": per})
 
     def set_sample_rate(self, rate: float) -> float:
         """Record this fraction of searches (``config.sample_rate``, 0 to 1; 0, the default,

@@ -4,7 +4,8 @@ citation id per chunk.
 The frame is a visible boundary for the model, not a security guarantee (docs/context.md): chunk
 text is sanitised so that it cannot close the frame, open another or forge a citation id in any
 spelling this module knows (case, whitespace, HTML entities, NFKC compatibility forms, Unicode
-look-alikes from the ``confusable_homoglyphs`` data), and loses control and format characters.
+look-alikes from the ``confusable_homoglyphs`` data, and any open/close punctuation of the
+Unicode data around a number), and loses control and format characters.
 """
 
 from __future__ import annotations
@@ -177,7 +178,85 @@ def normalise(text: str) -> str:
 
 
 _TAG = re.compile(r"<[\W_]*retrieved[\W_]*context[\W_]*>")
-_CITATION = re.compile(r"\[\s*(\d+)\s*\]")
+# After _citation_fold: an id is a number between brackets, unless both are parentheses.
+_CITATION = re.compile(r"\[\s*(\d+)\s*[\])]|\(\s*(\d+)\s*\]")
+_NUMBER = re.compile(r"\s*\d+\s*")
+_BRACKET_NAME = re.compile(r"\b(?:BRACKET|PARENTHESIS|BRACE)\b")
+
+
+# Planes 0 and 1 hold every punctuation and symbol character of the Unicode data (planes 2-3 are
+# ideographs, 14 tags, 15-16 private use): scanning them alone takes a tenth of the time, and
+# tests/test_context.py checks over every code point that nothing outside them is missed.
+_BRACKET_PLANES = 0x20000
+
+
+def _named_bracket(ch: str, side: str) -> bool:
+    """A punctuation or symbol character whose Unicode name says it is a left (right) bracket,
+    parenthesis or brace: the pieces of tall brackets (U+239B-23AD, category Sm) and the
+    substitution brackets (Pi/Pf), which are not in Ps/Pe but read as brackets all the same."""
+    name = unicodedata.name(ch, "")
+    return name.startswith(side + " ") and _BRACKET_NAME.search(name) is not None
+
+
+@functools.cache
+def _brackets() -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """(openers, closers, parentheses), from the Unicode data of this Python: every open (Ps)
+    and close (Pe) punctuation, every character named as a left or right bracket, parenthesis or
+    brace, and every other look-alike of ``[ ( {`` (``] ) }``) in the confusables data; the
+    category decides where it and the look-alike data differ (U+FD3E ORNATE LEFT PARENTHESIS is
+    Pe). The parentheses are ``(``, ``)``, their compatibility forms and look-alikes: a number
+    between two of them
+    is not a citation id (it is what the sanitiser writes)."""
+    skeleton = _skeleton_map()
+    openers: set[str] = set()
+    closers: set[str] = set()
+    for cp in range(_BRACKET_PLANES):
+        ch = chr(cp)
+        category = unicodedata.category(ch)
+        if category == "Ps":
+            openers.add(ch)
+        elif category == "Pe":
+            closers.add(ch)
+        elif category[0] in "PS" and _named_bracket(ch, "LEFT"):
+            openers.add(ch)
+        elif category[0] in "PS" and _named_bracket(ch, "RIGHT"):
+            closers.add(ch)
+    for cp, c in skeleton.items():
+        if chr(cp) not in openers and chr(cp) not in closers and c in "[({])}":
+            (openers if c in "[({" else closers).add(chr(cp))
+    parens = frozenset(c for c in openers | closers
+                       if unicodedata.normalize("NFKC", c) in ("(", ")") or skeleton.get(ord(c)) in ("(", ")"))
+    return frozenset(openers), frozenset(closers), parens
+
+
+@functools.cache
+def _citation_fold() -> dict[int, str]:
+    """A ``str.translate`` table: every opener to ``[`` (a parenthesis one to ``(``), every
+    closer to ``]`` (``)``)."""
+    openers, closers, parens = _brackets()
+    table = {ord(c): "(" if c in parens else "[" for c in openers}
+    table.update({ord(c): ")" if c in parens else "]" for c in closers})
+    return table
+
+
+@functools.cache
+def _enclosed() -> re.Pattern[str]:
+    """An opener, then no opener or closer, then a closer (the text between is checked apart)."""
+    openers, closers, _ = _brackets()
+    either = re.escape("".join(sorted(openers | closers)))
+    return re.compile(f"([{re.escape(''.join(sorted(openers)))}])([^{either}]*)"
+                      f"([{re.escape(''.join(sorted(closers)))}])")
+
+
+def _fold_numbered(text: str) -> str:
+    """Every opener and closer around a number (as :func:`citation_ids` reads it: look-alikes of
+    digits and spaces count) replaced by parentheses; other brackets are left as they are, so
+    that quotes in 「」 and code in {} keep their text."""
+    def fold(m: re.Match[str]) -> str:
+        inner = m.group(2)
+        return f"({inner})" if _NUMBER.fullmatch(inner.translate(_skeleton_map())) else m.group(0)
+
+    return _enclosed().sub(fold, text)
 
 
 def frame_tags(text: str) -> tuple[int, int]:
@@ -188,15 +267,19 @@ def frame_tags(text: str) -> tuple[int, int]:
 
 
 def citation_ids(text: str) -> list[int]:
-    """Every citation id in ``text`` under :func:`normalise`, in order."""
-    return [int(m.group(1)) for m in _CITATION.finditer(normalise(text))]
+    """Every citation id in ``text``, in order: a number between any open and close
+    punctuation of the Unicode data (``[3]``, ``⦋3⦌``, ``⎡3⎤``, ``{3}``, ``(3]``; not ``(3)``),
+    under :func:`normalise` otherwise."""
+    folded = _canonical(text).translate(_citation_fold()).translate(_skeleton_map()).casefold()
+    return [int(m.group(1) or m.group(2)) for m in _CITATION.finditer(folded)]
 
 
 def sanitise(text: str) -> str:
-    """Chunk text made safe to put in the frame: :func:`_canonical`, every look-alike of ``[``
-    and ``]`` replaced by parentheses (no forged citation ids), and, where the text spells the
-    frame's name in any way, every look-alike of ``<`` and ``>`` too (no frame tags)."""
-    text = _canonical(text).translate(_bracket_map())
+    """Chunk text made safe to put in the frame: :func:`_canonical`, any open and close
+    punctuation around a number and every look-alike of ``[`` and ``]`` replaced by
+    parentheses (no forged citation ids), and, where the text spells the frame's name in any
+    way, every look-alike of ``<`` and ``>`` too (no frame tags)."""
+    text = _fold_numbered(_canonical(text)).translate(_bracket_map())
     letters = re.sub(r"[\W_]", "", normalise(text))
     table = _ALL_BRACKETS if "retrievedcontext" in letters else _SQUARE_BRACKETS
     return text.translate(table)

@@ -5,8 +5,11 @@ request). The CLI (``groundkit ingest``) is a thin layer over :func:`plan` and :
 An object's id is its file's path relative to the base directory; ``metadata.source`` records
 the base, the path, the loader's version and a digest of the object's content, so a re-run
 writes the current version again (``duplicate``: unchanged) or the next one (updated), and
-knows which objects of the space came from that base. JSON Lines files are written as they
-are (:mod:`groundkit.loaders.jsonl`), without a source.
+knows which objects of the space came from that base. A JSON Lines file named as PATH is
+written as it says (:mod:`groundkit.loaders.jsonl`), without a source; one found in a
+directory walk is skipped (its lines would name their own ids, spaces and tiers, and replace
+objects the app wrote). A file whose name an object id may not hold (control characters) is
+skipped, and every path in the report is printable (:func:`groundkit.models.escaped`).
 
 Every write is one ``put_object`` statement in its own transaction: an interruption leaves
 each object written whole or not at all, and the next run finishes the job.
@@ -23,7 +26,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from groundkit import telemetry
 from groundkit.client import Groundkit
@@ -37,7 +40,7 @@ from groundkit.errors import (
 )
 from groundkit.loaders import DEFAULT_CONTENT_TYPES, LOADER_VERSION, Failed, Skipped, kind_of, load
 from groundkit.loaders.tree import Tree
-from groundkit.models import CONTENT_TYPES, ContentObject, StoredObject, WriteStatus
+from groundkit.models import CONTENT_TYPES, ContentObject, StoredObject, WriteStatus, escaped, unsafe_id_char
 
 MAX_BYTES = 20_000_000
 MAX_PAGES = 2_000
@@ -48,12 +51,24 @@ _MAX_REASON = 300
 # Errors that would fail every file alike: the run stops on them instead.
 _FATAL = (UnknownSpace, UnknownTier, UnknownContentType, DatabaseUnavailable)
 
+JSONL_IN_WALK = ("JSON Lines found in a directory walk are not written (their lines name their own ids, "
+                 "spaces and tiers); name the file itself as PATH to write it")
+
 Outcome = Literal["loaded", "unchanged", "updated", "skipped", "failed"]
 
 
 class PathReason(BaseModel):
+    """A file and why it was skipped or failed; both printable: control characters (a file
+    name's ESC, newline or tab) are stored escaped (``\\x1b``), so that a terminal shows them
+    as text."""
+
     path: str
     reason: str
+
+    @field_validator("path", "reason")
+    @classmethod
+    def _printable(cls, value: str) -> str:
+        return escaped(value)
 
 
 class IngestReport(BaseModel):
@@ -118,13 +133,32 @@ def plan(path: str, base: str | None = None) -> Plan:
     result = Plan(tree=tree, start=start, skipped=list(listing.skipped))
     for rel in listing.files:
         kind = kind_of(rel)
-        if kind is None:
+        if (bad := unsafe_id_char(rel)) is not None:
+            result.skipped.append((rel, f"the file name has a control, line separator or bidi control character "
+                                        f"({bad}, shown escaped), which an object id may not hold (GK005)"))
+        elif kind is None:
             result.skipped.append((rel, "unsupported file type"))
+        elif kind == "jsonl" and rel != start:
+            result.skipped.append((rel, JSONL_IN_WALK))
         elif kind == "jsonl":
             result.jsonl.append(rel)
         else:
             result.files.append(rel)
     return result
+
+
+def jsonl_conflict(obj: ContentObject, options: IngestOptions) -> str | None:
+    """Why a JSON Lines object may not be written under ``options``, or ``None``: the options a
+    user gives (--space, --tier, --content-type, --owner, --owner-only) are never overridden by
+    what a file says, so an object that says otherwise is refused, not written elsewhere."""
+    given = {"space_id": ("--space", options.space_id), "tier_visibility": ("--tier", options.tier),
+             "content_type": ("--content-type", options.content_type), "owner_sub": ("--owner", options.owner_sub),
+             "owner_only": ("--owner-only", True if options.owner_only else None)}
+    for name, (flag, value) in given.items():
+        if value is not None and getattr(obj, name) != value:
+            return (f"{obj.object_id!r} has {name} {getattr(obj, name)!r}, not {flag} {value!r} (a file never "
+                    f"overrides the options given)")
+    return None
 
 
 def _reason(text: str) -> str:
@@ -314,7 +348,7 @@ def _missing(gk: Groundkit, plan: Plan, options: IngestOptions, report: IngestRe
         path = str((obj.source or {}).get("path", object_id))
         if path in seen or not (path.startswith(prefix) or path == plan.start):
             continue
-        report.missing.append(path)
+        report.missing.append(escaped(path))  # an id written before GK005 refused such names
         if options.delete_missing:
             if gk.delete_object(object_id, obj.version + 1).status is WriteStatus.APPLIED:
                 report.deleted += 1

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 ContentType = Literal["course_section", "board_post", "transcript", "event", "member_note", "document"]
 MemberStatus = Literal["active", "pending", "suspended", "revoked"]
@@ -25,6 +26,36 @@ SEARCH_MODES: tuple[str, ...] = ("auto", "bm25", "dense", "hybrid")
 # we measure (nDCG@10 SciFact 0.7238 vs 0.6908, NFCorpus 0.3556 vs 0.3241; docs/evals.md), and
 # dense alone beat it on neither, so dense is never a default.
 DEFAULT_SEARCH_MODE: SearchMode = "auto"
+
+
+# Characters an object id may not hold (sql/050_write.sql refuses the same, GK005): C0 and C1
+# controls (newline, tab, ESC), DEL, the line and paragraph separators and the bidi embedding,
+# override and isolate controls. Ids reach terminals, logs and reports, where these move the
+# cursor, recolour the screen or reorder what is shown.
+UNSAFE_ID_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def unsafe_id_char(text: str) -> str | None:
+    """The first character of ``text`` an object id may not hold, as ``U+001B``; ``None`` if none."""
+    found = UNSAFE_ID_CHARS.search(text)
+    return None if found is None else f"U+{ord(found.group()):04X}"
+
+
+def escaped(text: str) -> str:
+    """``text`` safe to print: each character of :data:`UNSAFE_ID_CHARS` as ``\\xNN`` or
+    ``\\uNNNN`` (and, in such text only, ``\\`` as ``\\\\``, so the escapes are unambiguous);
+    text without them is returned as it is."""
+    if UNSAFE_ID_CHARS.search(text) is None:
+        return text
+    return "".join(_escape_char(ch) for ch in text)
+
+
+def _escape_char(ch: str) -> str:
+    if ch == "\\":
+        return "\\\\"
+    if UNSAFE_ID_CHARS.match(ch) is None:
+        return ch
+    return f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}"
 
 
 class _Frozen(BaseModel):
@@ -74,6 +105,14 @@ class ContentObject(_Frozen):
     owner_only: bool = False
     segments: tuple[Segment, ...] | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("object_id")
+    @classmethod
+    def _printable_id(cls, value: str) -> str:
+        if (bad := unsafe_id_char(value)) is not None:
+            raise ValueError(f"object_id must not contain control, line separator or bidi control characters "
+                             f"(found {bad})")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ContentObject:

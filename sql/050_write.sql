@@ -50,8 +50,20 @@ declare
     known_type boolean;
     known_tier boolean;
     known_space boolean;
+    unsafe text;
 begin
     perform groundkit._check_write(_check_put.object_id, _check_put.version);
+    -- Ids reach terminals, logs and reports: no controls (newline, tab, ESC), line separators or
+    -- bidi controls in an id being written (groundkit.models.UNSAFE_ID_CHARS is the same set). Only
+    -- here: an id written before this check can still be retiered, deleted and redacted.
+    unsafe := substring(_check_put.object_id
+                        from '[\u0001-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]');
+    if unsafe is not null then
+        raise exception 'object_id must not contain control, line separator or bidi control characters '
+                        '(found U+% at character %)',
+            upper(lpad(to_hex(ascii(unsafe)), 4, '0')), strpos(_check_put.object_id, unsafe)
+            using errcode = 'GK005';
+    end if;
     -- The three catalogue lookups in one statement (each statement costs its executor start-up).
     select exists (select 1 from groundkit.content_types t where t.name = _check_put.content_type),
            exists (select 1 from groundkit.tiers t where t.name = _check_put.tier_visibility),

@@ -53,7 +53,7 @@ as $$
                       cross join groundkit.bm25_impact i
                       left join groundkit.chunks c on c.chunk_id = p.chunk_id
                     union all
-                    -- the dense index's entries (revision 0025): a chunk's bucket, model and text
+                    -- the dense index's entries (revision 0028): a chunk's bucket, model and text
                     select concat_ws('|', 'e', coalesce(c.object_id, '<orphan ' || e.chunk_id || '>'), c.chunk_seq,
                                      e.model, e.vis_key, encode(e.content_hash, 'hex'))
                       from groundkit.dense_entries e left join groundkit.chunks c on c.chunk_id = e.chunk_id

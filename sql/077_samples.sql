@@ -5,7 +5,9 @@
 -- standbys). The Python client calls groundkit.search_sampling in the same statement as the
 -- search, so that the draw and the reader's tier rank come from the search's own snapshot, and
 -- records a drawn search with groundkit.record_sample right after it, in a savepoint of the
--- caller's transaction or its own: the recorded set is the set the caller got.
+-- caller's transaction or its own: the recorded set is the set the caller got. record_sample
+-- checks every hit against what the reader may see now and bounds the samples per reader, so a
+-- reader login calling it directly can record nothing more than its own searches could.
 
 -- Whether to record this search (a draw against config.sample_rate) and the reader's tier rank
 -- (null: no active reader). STABLE so that it shares the calling statement's snapshot; the draw
@@ -24,18 +26,38 @@ begin
 end
 $$;
 
--- Record one sampled search: its query, mode, k, the reader's tier rank (never the reader) and
--- its hits in order, a JSON array of objects with object_id, object_version, chunk_seq, score and,
--- when the chunk has them, char_start, char_end and chunker. Returns the sample id.
+-- (The signature before issue 50 took the tier rank from the caller and any hits at all.)
+drop function if exists groundkit.record_sample(text, text, integer, integer, jsonb);
+
+-- Record one sampled search of reader_sub: its query, mode, k, the reader's tier rank (read here,
+-- never taken from the caller; the reader itself is not stored) and its hits in order, a JSON
+-- array of objects with exactly object_id, object_version, chunk_seq and score. Returns the
+-- sample id, or NULL when nothing is recorded: the reader is not an active member (no rank to
+-- score it under), or it has taken config.sample_limit samples in this config.sample_window.
+--
+-- A sample may name only what the reader may see now: every hit must be a chunk of its object's
+-- current version that passes the permission predicate for this reader (the one search applies),
+-- else GK027 and nothing is recorded. Its offsets and chunker are read from that chunk, so the
+-- export reads the text the reader was shown, never a range the caller made up. The Python
+-- client records exactly what its search returned, in the caller's transaction; a GK027 there
+-- means an object changed between the two statements, and the client records nothing.
+-- (issue 50: a reader login named another member's owner-only note, with made-up offsets, and
+-- the export wrote the note's text.)
 create or replace function groundkit.record_sample(
-    query text, mode text, k integer, tier_rank integer, hits jsonb)
+    reader_sub text, query text, mode text, k integer, hits jsonb)
 returns uuid
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
 declare
     id uuid;
+    reader record;
+    bad record;
+    cfg record;
+    bin timestamptz;
+    taken integer;
 begin
+    perform groundkit._reader_allowed(record_sample.reader_sub);  -- a bound login: its own member only
     if query is null or length(query) > 4096 then
         raise exception 'query must be text of at most 4096 characters' using errcode = 'GK005';
     end if;
@@ -48,15 +70,63 @@ begin
     if hits is null or jsonb_typeof(hits) <> 'array' or jsonb_array_length(hits) > k then
         raise exception 'hits must be a JSON array of at most k hits' using errcode = 'GK005';
     end if;
+    select h.ord into bad from jsonb_array_elements(hits) with ordinality as h(x, ord)
+     where jsonb_typeof(h.x) <> 'object'
+        or (select array_agg(key order by key) from jsonb_object_keys(h.x) key)
+           is distinct from array['chunk_seq', 'object_id', 'object_version', 'score']
+     limit 1;
+    if found then
+        raise exception 'hit % must be an object with exactly object_id, object_version, chunk_seq and score', bad.ord
+            using errcode = 'GK005';
+    end if;
+    select r.member_sub, r.rank into reader from groundkit._reader(record_sample.reader_sub) r;
+    if reader.rank is null then
+        return null;  -- no active reader: nothing it could have been shown, no rank to score under
+    end if;
+    select h.ord into bad
+      from jsonb_array_elements(hits) with ordinality as h(x, ord)
+     where not exists (
+            select 1 from groundkit.chunks c
+             cross join lateral groundkit._visible_chunk(c.chunk_id, reader.rank, reader.member_sub, null, null) v
+             where c.object_id = h.x ->> 'object_id'
+               and c.object_version = (h.x ->> 'object_version')::bigint
+               and c.chunk_seq = (h.x ->> 'chunk_seq')::integer)
+     order by h.ord limit 1;
+    if found then
+        raise exception 'hit % is not a chunk of a current version this reader may see', bad.ord
+            using errcode = 'GK027',
+                  hint = 'A sample may name only what the reader''s search returned; nothing was recorded.';
+    end if;
+    -- The bound: at most sample_limit samples per reader in each window, the windows aligned to
+    -- the epoch (a window's start is never a sample's time, so this table names no sample).
+    select c.sample_limit, c.sample_window into cfg from groundkit.config c;
+    bin := date_bin(cfg.sample_window, now(), timestamptz 'epoch');
+    -- rows of passed windows go; skip locked, so that concurrent samplers never wait on each other
+    delete from groundkit.sample_quota q
+     where q.ctid = any (array(select x.ctid from groundkit.sample_quota x
+                                where x.window_start < bin and x.reader_sub <> reader.member_sub
+                                for update skip locked));
+    insert into groundkit.sample_quota as q (reader_sub, window_start, taken)
+    values (reader.member_sub, bin, 1)
+    on conflict on constraint sample_quota_pkey do update
+        set window_start = excluded.window_start,
+            taken = case when q.window_start < excluded.window_start then 1 else q.taken + 1 end
+        where q.window_start < excluded.window_start or q.taken < cfg.sample_limit
+    returning q.taken into taken;
+    if taken is null then
+        return null;  -- over the bound: dropped, silently (the search it came from has answered)
+    end if;
     insert into groundkit.search_samples (query, mode, k, tier_rank)
-    values (record_sample.query, record_sample.mode, record_sample.k, record_sample.tier_rank)
+    values (record_sample.query, record_sample.mode, record_sample.k, reader.rank)
     returning sample_id into id;
     insert into groundkit.search_sample_hits
         (sample_id, position, object_id, object_version, chunk_seq, score, char_start, char_end, chunker)
-    select id, h.ord, h.x ->> 'object_id', (h.x ->> 'object_version')::bigint, (h.x ->> 'chunk_seq')::integer,
-           (h.x ->> 'score')::double precision, (h.x ->> 'char_start')::integer, (h.x ->> 'char_end')::integer,
-           h.x ->> 'chunker'
-      from jsonb_array_elements(hits) with ordinality as h(x, ord);
+    select id, h.ord, c.object_id, c.object_version, c.chunk_seq, (h.x ->> 'score')::double precision,
+           c.char_start, c.char_end, c.chunker
+      from jsonb_array_elements(hits) with ordinality as h(x, ord)
+      join groundkit.chunks c on c.object_id = h.x ->> 'object_id'
+                             and c.object_version = (h.x ->> 'object_version')::bigint
+                             and c.chunk_seq = (h.x ->> 'chunk_seq')::integer;
     return id;
 exception
     when not_null_violation or invalid_text_representation or numeric_value_out_of_range then
@@ -95,6 +165,26 @@ begin
     insert into groundkit.sample_engagement (sample_id, object_id, kind, value)
     values (record_sample_engagement.sample_id, record_sample_engagement.object_id,
             record_sample_engagement.kind, record_sample_engagement.value);
+end
+$$;
+
+-- Set the sampler's bound: at most per_reader samples per reader in each window of length per
+-- (1 second to 31 days, no months; GK005 otherwise).
+create or replace function groundkit.set_sample_limit(per_reader integer, per interval)
+returns void
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    if per_reader is null or per_reader < 1 then
+        raise exception 'sample_limit must be at least 1 (got %)', per_reader using errcode = 'GK005';
+    end if;
+    if per is null or per < interval '1 second' or per > interval '31 days'
+       or extract(month from per) <> 0 or extract(year from per) <> 0 then
+        raise exception 'sample_window must be between 1 second and 31 days, in days or less (got %)', per
+            using errcode = 'GK005';
+    end if;
+    update groundkit.config c set sample_limit = per_reader, sample_window = per;
 end
 $$;
 

@@ -166,7 +166,7 @@ begin
                    and c.relnamespace = 'groundkit'::regnamespace
                   left join pg_catalog.pg_index x on x.indexrelid = c.oid) b;
         -- A large shared bucket whose index is not built yet (a new model, or just after the
-        -- upgrade to revision 0025, until the worker builds it) would be read whole: the exact
+        -- upgrade to revision 0028, until the worker builds it) would be read whole: the exact
         -- scan answers meanwhile.
         use_index := large <@ indexed;
     end if;

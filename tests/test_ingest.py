@@ -14,11 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
+from psycopg.types.json import Jsonb
 from typer.testing import CliRunner
 
 from groundkit.cli import app
 from groundkit.client import Groundkit
+from groundkit.errors import InvalidArgument
+from groundkit.models import UNSAFE_ID_CHARS, escaped
 from tests.test_loaders import VTT, write_pdf
 
 runner = CliRunner()
@@ -294,3 +298,159 @@ def test_a_batch_with_one_failing_object_writes_the_others(library: Groundkit, d
         plan.tree.close()
     assert report.loaded == 2 and sorted(written) == ["b.md", "c.md"]
     assert [(f.path, f.reason[:7]) for f in report.failed] == [("a.md", "[GK001]")]
+
+
+# -- what an untrusted tree may not do (issue 50, items 4 to 6) ----------------------------------
+
+@pytest.fixture
+def platform(gk: Groundkit) -> Groundkit:
+    """The adversarial run's world: board0 and commons, a private vault, an app-written o10 in
+    the vault at T2, and m0, a member of it."""
+    gk.put_space("board0")
+    gk.put_space("commons")
+    gk.put_space("vault", private=True)
+    gk.put_member("m0", "T3")
+    gk.grant_space("vault", "m0")
+    gk.put_object("o10", 1, "document", "vault", "T2", "Vault plan", "written by the app")
+    return gk
+
+
+def _state(gk: Groundkit) -> list[dict[str, Any]]:
+    return gk.conn.execute("select object_id, version, space_id, tier_visibility, owner_sub, owner_only, state"
+                           " from groundkit.objects order by object_id").fetchall()
+
+
+def test_jsonl_in_a_walked_tree_replaces_no_app_object_and_plants_no_note(platform: Groundkit, dsn: str,
+                                                                            tmp_path: Path) -> None:
+    """The exact tree of the run: `ingest DIR --space board0 --tier T3` over x.jsonl naming o10 (in
+    commons at T0, version 50) and an owner-only note for m0 in the vault."""
+    gk = platform
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "x.jsonl").write_text(
+        json.dumps({"object_id": "o10", "version": 50, "content_type": "document", "space_id": "commons",
+                    "tier_visibility": "T0", "title": "o10", "body": "replacedbyfile"}) + "\n"
+        + json.dumps({"object_id": "planted", "version": 1, "content_type": "member_note", "space_id": "vault",
+                      "tier_visibility": "T0", "title": "note", "body": "plantednote", "owner_sub": "m0",
+                      "owner_only": True}) + "\n")
+    (tree / "readme.md").write_text("an ordinary page about looms")
+    before = _state(gk)
+    result = runner.invoke(app, ["ingest", str(tree), "--space", "board0", "--tier", "T3", "--json", "--dsn", dsn])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["loaded"] == 1
+    assert report["skipped"] == [{"path": "x.jsonl", "reason": "JSON Lines found in a directory walk are not written "
+                                  "(their lines name their own ids, spaces and tiers); name the file itself as "
+                                  "PATH to write it"}]
+    after = _state(gk)
+    assert [r for r in after if r["object_id"] != "readme.md"] == before  # o10 as the app wrote it; no note
+    assert {"object_id": "readme.md", "version": 1, "space_id": "board0", "tier_visibility": "T3",
+            "owner_sub": None, "owner_only": False, "state": "live"} in after
+    assert gk.conn.execute("select count(*) as n from groundkit.content_log where body like '%replacedbyfile%'"
+                           " or body like '%plantednote%'").fetchone() == {"n": 0}
+
+
+def test_jsonl_named_with_space_and_tier_is_refused_whole_when_a_line_says_otherwise(
+        platform: Groundkit, dsn: str, tmp_path: Path) -> None:
+    """Named as PATH, the file is written as it says, but --space and --tier are never overridden."""
+    gk = platform
+    path = tmp_path / "x.jsonl"
+    line = {"object_id": "b1", "version": 1, "content_type": "board_post", "space_id": "board0",
+            "tier_visibility": "T3", "title": "t", "body": "fine"}
+    path.write_text(json.dumps(line) + "\n" + json.dumps({**line, "object_id": "o10", "version": 50,
+                                                          "space_id": "commons", "tier_visibility": "T0"}) + "\n")
+    before = _state(gk)
+    code, report, _ = ingest_as(dsn, path, "--space", "board0", "--tier", "T3")
+    assert code == 1 and report["loaded"] == 0
+    assert report["failed"] == [{"path": "x.jsonl", "reason": "x.jsonl:2: 'o10' has space_id 'commons', not --space "
+                                 "'board0' (a file never overrides the options given)"}]
+    assert _state(gk) == before
+    path.write_text(json.dumps(line) + "\n" + json.dumps({**line, "object_id": "b2", "tier_visibility": "T0"}) + "\n")
+    code, report, _ = ingest_as(dsn, path, "--space", "board0", "--tier", "T3")
+    assert code == 1 and "'b2' has tier_visibility 'T0', not --tier 'T3'" in report["failed"][0]["reason"]
+    path.write_text(json.dumps(line) + "\n")
+    code, report, _ = ingest_as(dsn, path, "--space", "board0", "--tier", "T3")
+    assert code == 0 and report["loaded"] == 1
+
+
+def ingest_as(dsn: str, path: Path, *options: str) -> tuple[int, dict[str, Any], str]:
+    result = runner.invoke(app, ["ingest", str(path), *options, "--json", "--dsn", dsn])
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, result.output
+    return result.exit_code, json.loads(lines[0]), result.stderr
+
+
+def test_a_hard_link_to_a_file_outside_the_base_is_not_read(library: Groundkit, dsn: str, tmp_path: Path) -> None:
+    tree, outside = tmp_path / "tree", tmp_path / "outside"
+    tree.mkdir()
+    outside.mkdir()
+    (outside / "tokens.txt").write_text("bearer hardlinkedsecrettoken")
+    os.link(outside / "tokens.txt", tree / "tokens.txt")
+    (tree / "fine.md").write_text("fine looms")
+    code, report, _ = ingest(dsn, tree)
+    assert code == 0 and report["loaded"] == 1
+    assert report["skipped"] == [{"path": "tokens.txt", "reason": "hard link (2 names for one file; not read: another "
+                                  "name may lie outside the base, copy the file to load it)"}]
+    assert search(library, "hardlinkedsecrettoken") == []
+    # named as PATH, and made after the walk (the opened file's own link count decides)
+    code, report, _ = ingest(dsn, tree / "tokens.txt")
+    assert report["loaded"] == 0 and report["skipped"][0]["reason"].startswith("hard link (2 names")
+    from groundkit.loaders import Skipped
+    from groundkit.loaders.tree import Tree
+
+    (tree / "late.md").write_text("late")
+    with Tree(str(tree)) as walked:
+        assert "late.md" in walked.walk().files
+        (tree / "late.md").unlink()
+        os.link(outside / "tokens.txt", tree / "late.md")
+        with pytest.raises(Skipped, match="hard link"):
+            walked.read("late.md", 1000)
+
+
+@pytest.mark.parametrize("name", ["new\nline.md", "esc\x1b[31mred.md", "tab\there.md", "bidi\u202eevil.md",
+                                  "del\x7f.md", "c1\x9b2J.md", "sep\u2028x.md"])
+def test_a_file_name_with_control_characters_is_skipped_and_shown_escaped(library: Groundkit, dsn: str,
+                                                                          tmp_path: Path, name: str) -> None:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / name).write_text("controlcharname looms")
+    (tree / "fine.md").write_text("fine looms")
+    code, report, stderr = ingest(dsn, tree)
+    assert code == 0 and report["loaded"] == 1
+    (skipped,) = report["skipped"]
+    assert skipped["path"] == escaped(name) and "\\" in skipped["path"]
+    assert not UNSAFE_ID_CHARS.search(skipped["path"]) and skipped["reason"].startswith("the file name has a control")
+    assert f"U+{ord(UNSAFE_ID_CHARS.search(name).group()):04X}" in skipped["reason"]  # type: ignore[union-attr]
+    assert not UNSAFE_ID_CHARS.search(stderr.replace("\n", ""))  # nothing raw reaches the terminal
+    assert search(library, "controlcharname") == []
+
+
+@pytest.mark.parametrize("object_id", ["a\nb", "a\x1b[2Jb", "a\tb", "a\u202eb", "a\x85b"])
+def test_an_object_id_with_control_characters_is_gk005_in_python_and_in_sql(library: Groundkit,
+                                                                            object_id: str) -> None:
+    gk = library
+    with pytest.raises(InvalidArgument, match="object_id must not contain control"):
+        gk.put_object(object_id, 1, "document", "library", "T0", "t", "b")
+    payload = {"object_id": object_id, "version": 1, "content_type": "document", "space_id": "library",
+               "tier_visibility": "T0", "title": "t", "body": "b"}
+    for statement, arg in [("select groundkit.put_object(%s, 1, 'document', 'library', 'T0', 't', 'b')", object_id),
+                           ("select groundkit.put_objects(%s)", Jsonb([payload]))]:
+        with pytest.raises(psycopg.Error, match=r"object_id must not contain control.*\(found U\+") as raised:
+            with gk.conn.transaction():
+                gk.conn.execute(statement, (arg,))
+        assert raised.value.sqlstate == "GK005"
+    assert gk.conn.execute("select count(*) as n from groundkit.objects").fetchone() == {"n": 0}
+
+
+def test_the_sql_and_python_sets_of_refused_id_characters_agree(library: Groundkit) -> None:
+    library.conn.execute("""
+        create function pg_temp.refused(id text) returns boolean language plpgsql as $$
+        begin
+            perform groundkit._check_put(id, 1, 'document', 'library', 'T0', 't', 'b', null, false, null, '{}');
+            return false;
+        exception when sqlstate 'GK005' then
+            return true;
+        end $$""")
+    chars = [chr(cp) for cp in range(1, 0x3000)]
+    rows = library.conn.execute("select c from unnest(%s::text[]) c where pg_temp.refused('x' || c)", (chars,))
+    assert {r["c"] for r in rows.fetchall()} == {ch for ch in chars if UNSAFE_ID_CHARS.match(ch)}

@@ -65,6 +65,24 @@ def add_flow(
     out.print(f"flow {flow} added" if added else f"flow {flow} was there already", highlight=False)
 
 
+@app.command("set-sample-limit")
+@handle_errors
+def set_sample_limit(
+    per_reader: Annotated[int, typer.Argument(help="Samples recorded per reader per window, at least 1 "
+                                                   "(default 100).", min=1)],
+    per: Annotated[str, typer.Option(help="The window: 30m, 1h, 1d (1 second to 31 days; default 1h).")] = "1h",
+    dsn: DsnOption = None,
+) -> None:
+    """Record at most this many samples per reader in each window; a reader's searches past it
+    are not sampled (their answers are unchanged)."""
+    from groundkit.quality.samples import parse_since
+
+    window = parse_since(per, "--per")
+    with Groundkit.connect(dsn) as gk:
+        gk.set_sample_limit(per_reader, window)
+    out.print(f"sample_limit {per_reader} per reader per {per}", highlight=False)
+
+
 @app.command("set-sample-rate")
 @handle_errors
 def set_sample_rate(

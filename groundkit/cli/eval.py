@@ -75,7 +75,7 @@ def quality(
                 tasks[stage] = bar.add_task(stage, total=total)
             bar.update(tasks[stage], completed=done)
 
-        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped)
+        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, notify=_notice)
     if as_json:
         for row in rows:
             sys.stdout.write(json.dumps(row.as_json()) + "\n")
@@ -91,6 +91,10 @@ def quality(
 
 def _skipped(arm: str, why: str) -> None:
     err.print(f"[yellow]skipped arm {arm}:[/] {why}")
+
+
+def _notice(message: str) -> None:
+    err.print(message, markup=False, highlight=False)
 
 
 def _reference(dataset: Path, tolerance: float, as_json: bool) -> None:
@@ -121,7 +125,8 @@ def _reference(dataset: Path, tolerance: float, as_json: bool) -> None:
 @app.command("export-samples")
 @handle_errors
 def export_samples(
-    out_file: Annotated[Path, typer.Option("--out", help="The JSONL file to write (replaced).", dir_okay=False)],
+    out_file: Annotated[Path, typer.Option("--out", help="The JSONL file to write (replaced whole; created 0600: it "
+                                                         "holds text members were shown).", dir_okay=False)],
     since: Annotated[str, typer.Option(help="Samples taken within this long: 30d, 12h, 2w.")] = "30d",
     dsn: DsnOption = None,
 ) -> None:
@@ -130,10 +135,10 @@ def export_samples(
     version (null if redacted since), clicks, dwell and an empty `relevance` slot to fill."""
     from groundkit.client import Groundkit
     from groundkit.quality.samples import export_samples as export
-    from groundkit.quality.samples import parse_since
+    from groundkit.quality.samples import parse_since, private_file
 
     window = parse_since(since)
-    with Groundkit.connect(dsn) as gk, out_file.open("w", encoding="utf-8") as f:
+    with Groundkit.connect(dsn) as gk, private_file(out_file) as f:
         n = export(gk, window, f)
     out.print(f"wrote {n} sample(s) to {out_file}", highlight=False)
 

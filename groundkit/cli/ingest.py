@@ -3,6 +3,7 @@ they are; progress on stderr, a summary on stderr, ``--json`` on stdout."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -20,13 +21,23 @@ from groundkit import maintenance
 from groundkit.cli._common import DsnOption, err, handle_errors
 from groundkit.cli.worker import ReindexAtOption
 from groundkit.client import Groundkit, resolve_dsn
-from groundkit.errors import DatabaseUnavailable, GroundkitError
+from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument
 from groundkit.loaders import Skipped
 from groundkit.loaders.jsonl import objects_of
 from groundkit.maintenance import EARLY_REINDEX_OBJECTS, REINDEX_DRIFT
 from groundkit.models import ContentObject, WriteStatus
 
 Numbered = tuple[int, ContentObject]
+
+
+def _allowed(objects: Iterable[tuple[int, ContentObject, int]], rel: str,
+             options: core.IngestOptions) -> Iterator[tuple[int, ContentObject, int]]:
+    """The objects of a JSON Lines file, each checked against the options given (checked again
+    as it is written: the file may have changed since the check)."""
+    for n, obj, size in objects:
+        if (why := core.jsonl_conflict(obj, options)) is not None:
+            raise InvalidArgument(f"{rel}:{n}: {why}")
+        yield n, obj, size
 
 
 def _batches(objects: Iterable[tuple[int, ContentObject, int]], size: int) -> Iterator[list[Numbered]]:
@@ -67,15 +78,17 @@ class _Run:
                 _reindex(self.gk, self.progress, st)
             self.chunks_before = None
 
-    def jsonl(self, plan: core.Plan, rel: str, batch: int, max_line: int) -> None:
-        """Write one JSON Lines file: every line checked first (a bad line fails the file before
-        anything of it is written), then written in batches."""
+    def jsonl(self, plan: core.Plan, rel: str, options: core.IngestOptions, max_line: int) -> None:
+        """Write one JSON Lines file: every line checked first (a bad line, or an object that
+        says other than the options given, fails the file before anything of it is written),
+        then written in batches."""
+        batch = options.batch
         try:
-            n_objects = self._check(plan, rel, max_line)
+            n_objects = self._check(plan, rel, options, max_line)
             done = 0
             task = self.progress.add_task(f"write {rel}", total=n_objects)
             with plan.tree.open(rel) as (fd, _size), open(fd, "rb", closefd=False) as f:
-                for group in _batches(objects_of(f, rel, max_line), batch):
+                for group in _batches(_allowed(objects_of(f, rel, max_line), rel, options), batch):
                     objs = [obj for _n, obj in group]
                     try:
                         results = [self.gk.put(objs[0])] if batch == 1 else self.gk.put_objects(objs)
@@ -100,11 +113,11 @@ class _Run:
                 raise
             self.report.failed.append(core.PathReason(path=rel, reason=exc.message))
 
-    def _check(self, plan: core.Plan, rel: str, max_line: int) -> int:
+    def _check(self, plan: core.Plan, rel: str, options: core.IngestOptions, max_line: int) -> int:
         n_objects = 0
         with plan.tree.open(rel) as (fd, size), open(fd, "rb", closefd=False) as f:
             task = self.progress.add_task(f"check {rel}", total=size)
-            for _n, _obj, line_size in objects_of(f, rel, max_line):
+            for _n, _obj, line_size in _allowed(objects_of(f, rel, max_line), rel, options):
                 n_objects += 1
                 self.progress.advance(task, line_size)
             self.progress.remove_task(task)
@@ -152,9 +165,11 @@ def ingest(
     path: Annotated[Path, typer.Argument(
         help="A file or a directory (walked recursively): Markdown, text, HTML, PDF, WebVTT, SRT, or JSON Lines "
              "of put_object payloads.", exists=False)],
-    space: Annotated[str | None, typer.Option("--space", help="The space every loaded file goes into "
-                                                              "(JSON Lines objects name their own).")] = None,
-    tier: Annotated[str | None, typer.Option("--tier", help="The tier every loaded file is visible from.")] = None,
+    space: Annotated[str | None, typer.Option("--space", help="The space every loaded file goes into (a JSON Lines "
+                                                              "file named as PATH names its own, and must name "
+                                                              "this one if given).")] = None,
+    tier: Annotated[str | None, typer.Option("--tier", help="The tier every loaded file is visible from (a JSON "
+                                                            "Lines object must say the same, if given).")] = None,
     content_type: Annotated[str | None, typer.Option(
         "--content-type", help="Content type of every loaded file (default: transcript for .vtt/.srt, "
                                "document otherwise).")] = None,
@@ -186,9 +201,12 @@ def ingest(
     dsn: DsnOption = None,
 ) -> None:
     """Load files into objects: one object per file, its id the path under the base, written
-    again only when its content changed. Symlinks are never followed and nothing outside the
-    base is read; oversize, binary and unreadable files are skipped with a reason. Exits 1 if
-    a file failed, 130 if interrupted (run it again to finish)."""
+    again only when its content changed. Exits 1 if a file failed, 130 if interrupted (run it
+    again to finish).
+
+    Nothing outside the base is read: symlinks are never followed and hard-linked files never
+    read. Oversize, binary and unreadable files, names with control characters and JSON Lines
+    found in a directory walk are skipped with a reason."""
     if owner_only and owner is None:
         raise typer.BadParameter("--owner-only needs --owner")
     options = core.IngestOptions(space_id=space, tier=tier, content_type=content_type, owner_sub=owner,
@@ -212,8 +230,9 @@ def ingest(
 
             report, written = core.run(gk, target, plan, options, advance)
             run.applied(written)
+            jsonl_options = dataclasses.replace(options, batch=batch or 1)
             for rel in plan.jsonl:
-                run.jsonl(plan, rel, batch or 1, max_bytes)
+                run.jsonl(plan, rel, jsonl_options, max_bytes)
                 progress.advance(task)
             _merge(report, run.report)
             report.chunks = gk.chunk_count(run.written) if run.written else 0

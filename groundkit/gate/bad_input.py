@@ -159,6 +159,12 @@ def cases() -> list[Case]:
         s(Case(f"put_object: version {v}", lambda g, _, v=v: _put(g, version=v), "error"))
     s(Case("put_object: same version, different content", lambda g, _: _put(g, object_id="p1", version=1),
            "error"))
+    for name, oid in (("newline", "b\nfake line"), ("ESC sequence", "b\x1b[2J"), ("tab", "b\tc"),
+                      ("bidi override", "b\u202ecod.exe")):
+        s(Case(f"put_object: {name} in object_id", lambda g, _, o=oid: _put(g, object_id=o), "error"))
+        s(Case(f"SQL put_object: {name} in object_id", _sql(
+            "select groundkit.put_object(object_id => %s, version => 1, content_type => 'board_post',"
+            " space_id => 'board', tier_visibility => 'T0', title => 't', body => 'b')", oid), "error"))
     s(Case("put_object: NUL in title", lambda g, _: _put(g, title="a\x00b"), "error"))
     s(Case("put_object: NUL in body", lambda g, _: _put(g, body="a\x00b"), "error"))
     s(Case("put_object: lone surrogate in body", lambda g, _: _put(g, body="a\ud800b"), "error"))

@@ -177,7 +177,12 @@ ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "log UPDATE": ("update groundkit.content_log set body = 'x'", ()),
     "cost_summary": ("select * from groundkit.cost_summary()", ()),
     "add_flow": ("select groundkit.add_flow(%s)", ("gate",)),
+    # the oracle a reader must never have: whether an object exists, its policy, its terms
+    "explain_visibility": ("select * from groundkit.explain_visibility(%s, %s)", ("alice", "p2")),
+    "explain_match": ("select * from groundkit.explain_match(%s, %s)", ("p2", "kiln")),
 }
+# The auditor's: why a member can or cannot see an object (sql/078_explain.sql).
+AUDITOR_EXPLAIN = {name: ADMIN_ONLY[name] for name in ("explain_visibility", "explain_match")}
 
 
 def _world(dsn: str) -> None:
@@ -243,8 +248,12 @@ def _run(admin_dsn: str, dsn: str, tap: Tap) -> None:
         expect("login without a groundkit role: search and writes are denied", who.nobody,
                {"search": SEARCH, "put_object": WRITES["put_object"], "chunks": tables["chunks"]}, denied,
                "want 42501")
+        expect("login without a groundkit role: explain is denied", who.nobody, AUDITOR_EXPLAIN, denied, "want 42501")
+        expect("auditor login: explain_visibility and explain_match work", who.auditor, AUDITOR_EXPLAIN,
+               "ok".__eq__, "want ok")
         _locks_held_by_nobody(dsn, who, tap)
         _login_binding(dsn, who, tap)
+        _sampler_poisoning(dsn, who, tap)
         _tier_rank_token(dsn, tap)
         _runs_replay(dsn, who, tap)
         _app_authority(dsn, who, tap)
@@ -299,6 +308,25 @@ def _login_binding(dsn: str, who: Logins, tap: Tap) -> None:
     ok = (own, other, unbound) == ("ok", "GK010", "ok")
     tap.check(ok, "reader login bound to one member (login_members): searches as it, and as another reader_sub "
               "gets GK010", [f"as alice {own}, as bob {other}; want ok, GK010"], counts=Counts(privileges=int(not ok)))
+
+
+RECORD_SAMPLE = "select groundkit.record_sample(%s, 'kiln', 'bm25', 10, %s::jsonb)"
+
+
+def _sampler_poisoning(dsn: str, who: Logins, tap: Tap) -> None:
+    """A reader login records a sample naming a chunk its reader may not see (alice, T1: p2 is
+    T3), or with offsets of its own: refused, nothing recorded (the export would have written
+    p2's text; issue 50)."""
+    hidden = '[{"object_id": "p2", "object_version": 1, "chunk_seq": 0, "score": 1}]'
+    offsets = '[{"object_id": "p1", "object_version": 1, "chunk_seq": 0, "score": 1, "char_start": 0, "char_end": 99}]'
+    got = tuple(_attempt(who.reader, RECORD_SAMPLE, ("alice", hits)) for hits in (hidden, offsets))
+    with connect_dict(dsn) as conn:
+        row = conn.execute("select count(*) as n from groundkit.search_sample_hits").fetchone()
+    recorded = int(row["n"]) if row else -1
+    ok = got == ("GK027", "GK005") and recorded == 0
+    tap.check(ok, "reader login: record_sample naming a chunk its reader may not see is GK027, with offsets of its "
+              "own GK005; nothing is recorded", [f"got {got} and {recorded} hit(s) recorded; want GK027, GK005, 0"],
+              counts=Counts(privileges=int(not ok)))
 
 
 def _tier_rank_token(dsn: str, tap: Tap) -> None:

@@ -4,7 +4,15 @@ Every file is opened from a descriptor of the base directory, one path component
 with ``O_NOFOLLOW``: a symlink anywhere below the base is never followed (it is reported, with
 whether its target lies outside), a ``..`` component is refused, and nothing outside the base
 is opened or stat'ed. A file is read only if it is a regular file (not a FIFO, device or
-socket: those are opened non-blocking, then refused), and only up to the size cap.
+socket: those are opened non-blocking, then refused) with one link, and only up to the size
+cap.
+
+A hard link is a second name of the same file, and nothing inside the base can tell where the
+other name lies: a link to a file outside the base (a key, a token file) looks like any other
+file. So a regular file with more than one link is not read, whether the walk lists it or the
+open finds it (the check is on the opened descriptor, so a link made after the walk is caught).
+Comparing device and inode numbers against the rest of the tree would only find links whose
+other name is inside it, which are the harmless ones.
 """
 
 from __future__ import annotations
@@ -36,6 +44,11 @@ def _parts(rel: str) -> list[str]:
     if ".." in parts:
         raise InvalidArgument(f"{rel!r}: '..' is not allowed in a path under the base")
     return parts
+
+
+def _hard_link_reason(links: int) -> str:
+    return (f"hard link ({links} names for one file; not read: another name may lie outside the base, "
+            "copy the file to load it)")
 
 
 class Tree:
@@ -149,7 +162,11 @@ class Tree:
                         elif e.is_dir(follow_symlinks=False):
                             subdirs.append(rel)
                         elif e.is_file(follow_symlinks=False):
-                            listing.files.append(rel)
+                            links = e.stat(follow_symlinks=False).st_nlink
+                            if links > 1:
+                                listing.skipped.append((rel, _hard_link_reason(links)))
+                            else:
+                                listing.files.append(rel)
                         else:
                             listing.skipped.append((rel, "not a regular file (a FIFO, device or socket)"))
             except Skipped as exc:
@@ -175,6 +192,8 @@ class Tree:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise Skipped("not a regular file (a FIFO, device or socket)")
+            if st.st_nlink > 1:
+                raise Skipped(_hard_link_reason(st.st_nlink))
             if max_bytes is not None and st.st_size > max_bytes:
                 raise Skipped(f"{st.st_size} bytes, over --max-bytes {max_bytes}")
             yield fd, st.st_size

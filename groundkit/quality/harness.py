@@ -1,11 +1,13 @@
 """``groundkit eval quality``: retrieval quality on a real test collection, groundkit beside the
 reference engines, same queries, same metrics, one run.
 
-The collection is loaded into a scratch database (``groundkit_eval_quality``) created afresh on
-the target server. Every document becomes one ``document`` object (``chunk_chars`` is raised so
-that a document is one chunk, as in the reference arms), in one public space, visible to one
-active reader, and every query goes through :meth:`groundkit.Groundkit.search` as that reader, so
-the permission predicate is part of what is measured.
+The collection is loaded into a scratch database of the run's own on the target server
+(``groundkit_scratch_eval_quality_<token>``, :class:`groundkit.databases.ScratchDatabases`),
+dropped at the end; two runs on one server do not touch each other's. Every document becomes one
+``document`` object (``chunk_chars`` is raised so that a document is one chunk, as in the
+reference arms), in one public space, visible to one active reader, and every query goes through
+:meth:`groundkit.Groundkit.search` as that reader, so the permission predicate is part of what is
+measured.
 
 Arms through groundkit: ``bm25`` (``search``, mode bm25), ``dense`` and ``hybrid`` (the same
 search in those modes, with all-MiniLM-L6-v2 as the active model: :mod:`groundkit.quality.dense`;
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -25,14 +28,14 @@ from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
-from groundkit.databases import fresh_database
+from groundkit.databases import Notify, ScratchDatabases
 from groundkit.errors import EmbeddingProviderError, PgvectorMissing
 from groundkit.models import ContentObject, SearchMode
 from groundkit.quality.arms import ARMS, TOP_K, ArmResult, ArmUnavailable
 from groundkit.quality.datasets import Collection, load_collection
 from groundkit.quality.metrics import evaluate
 
-DATABASE: Final = "groundkit_eval_quality"
+PURPOSE: Final = "eval_quality"  # the scratch databases' name: groundkit_scratch_eval_quality_<token>
 READER: Final = "evaluator"
 SPACE: Final = "corpus"
 BATCH: Final = 500
@@ -166,11 +169,23 @@ def run_quality(
     progress: Progress | None = None,
     skipped: Callable[[str, str], None] | None = None,
     embedding_cache: Path | None = None,
+    notify: Notify | None = None,
 ) -> list[QualityRow]:
     """Evaluate each arm on the collection at ``dataset``; rows in the order of ``arms``.
     ``embedding_cache``: where the dense arms' document vectors are kept between runs (default:
-    ``eval-embeddings`` under the data directory)."""
+    ``eval-embeddings`` under the data directory). ``notify`` hears about scratch databases of
+    killed runs dropped (or left) on the way."""
     collection = load_collection(dataset)
+    with ExitStack() as scratch:
+        results = _run_arms(collection, server_dsn, arms, scratch, progress, skipped, embedding_cache, notify)
+    return [score(collection, result) for result in results]
+
+
+def _run_arms(collection: Collection, server_dsn: str, arms: Sequence[str], scratch: ExitStack,
+              progress: Progress | None, skipped: Callable[[str, str], None] | None,
+              embedding_cache: Path | None, notify: Notify | None) -> list[ArmResult]:
+    """Each arm's run; groundkit's arms in a scratch database entered on ``scratch`` when the
+    first of them comes."""
     results: list[ArmResult] = []
     dsn: str | None = None
     dense: str | None = None  # why the dense arms cannot run, once known ("" when they can)
@@ -179,8 +194,8 @@ def run_quality(
             if dsn is None:
                 import groundkit
 
-                dsn = fresh_database(server_dsn, DATABASE)
-                groundkit.migrate(dsn)
+                dsn = scratch.enter_context(ScratchDatabases(server_dsn, PURPOSE, notify)).create()
+                groundkit.migrate(dsn, gate=False)
                 load_into_groundkit(dsn, collection, progress)
             if arm in DENSE_ARMS:
                 if dense is None:
@@ -201,7 +216,7 @@ def run_quality(
                 if skipped is None:
                     raise
                 skipped(arm, str(exc))
-    return [score(collection, result) for result in results]
+    return results
 
 
 def _prepare_dense(dsn: str, cache: Path | None, progress: Progress | None) -> str:

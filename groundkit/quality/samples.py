@@ -18,9 +18,12 @@ returns although the check says it is not visible would be a permission bug, and
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
 
-__all__ = ["LabelReport", "NotVisible", "RankScore", "export_samples", "parse_since", "score_labels"]
+__all__ = ["LabelReport", "NotVisible", "RankScore", "export_samples", "parse_since", "private_file", "score_labels"]
 
 _SINCE = re.compile(r"(\d+)([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -38,12 +41,32 @@ SEARCH_K = 100  # deep enough for recall@100
 SYNTHETIC = "groundkit-eval:rank-{rank}"
 
 
-def parse_since(text: str) -> timedelta:
+def parse_since(text: str, flag: str = "--since") -> timedelta:
     """``30d``, ``12h``, ``2w``, ``90m`` or ``45s`` as a duration."""
     found = _SINCE.fullmatch(text.strip())
     if not found:
-        raise InvalidArgument(f"--since takes a number and a unit (s, m, h, d, w), such as 30d (got {text!r})")
+        raise InvalidArgument(f"{flag} takes a number and a unit (s, m, h, d, w), such as 30d (got {text!r})")
     return timedelta(**{_UNITS[found[2]]: int(found[1])})
+
+
+@contextmanager
+def private_file(path: Path) -> Iterator[TextIO]:
+    """``path`` written whole or not at all, readable by its owner alone (0600) from the moment
+    it exists: the text goes to a new file that ``mkstemp`` creates 0600 (``O_EXCL``, whatever
+    the umask) beside ``path``, which then replaces ``path`` in one rename (a file there before,
+    whatever its mode, or a symlink, is replaced, never written through). A labelling file holds
+    the text members were shown, owner-only notes and private boards included."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 def export_samples(gk: Groundkit, since: timedelta, out: TextIO) -> int:

@@ -2,8 +2,8 @@
 chunk's bucket, so that a reader's scan walks only entries of buckets it may see (issue 50;
 docs/dense.md, "Buckets").
 
-Revision ID: 0025
-Revises: 0024
+Revision ID: 0028
+Revises: 0027
 Create Date: 2026-12-05
 
 - ``dense_entries``: one row per (current chunk, model) whose text the model has embedded: the
@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0025"
-down_revision = "0024"
+revision = "0028"
+down_revision = "0027"
 branch_labels = None
 depends_on = None
 
