@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+import groundkit
 from groundkit import Groundkit
 from groundkit.dense import build_hnsw_indexes
 from groundkit.gate.dense_double import DIMENSION, embed, embed_pending, vector_literal
@@ -291,6 +292,31 @@ def test_entries_follow_writes_moves_and_rebuild(dense: Groundkit) -> None:
     dense.rebuild()
     assert out_of_step(dense) == []
     assert dense.conn.execute("select groundkit.state_checksum() as c").fetchone() == before
+
+
+def test_revision_0028_files_the_existing_chunks_in_their_buckets(dense: Groundkit, dsn: str) -> None:
+    """A database that revision 0027 left with embedded chunks (shared tiers, a private space, an
+    owner-only note) and the old HNSW index over every embedding: the upgrade files one entry per
+    current chunk and model in the bucket a write gives it (the revision writes _vis_key's formula
+    out), none pending, and drops the old index."""
+    from tests.test_dense_sql import _world
+
+    _world(dense)
+    entries = ("select chunk_id, model, vis_key, content_hash, embedding, pending"
+               " from groundkit.dense_entries order by chunk_id, model")
+    filed = dense.conn.execute(entries).fetchall()
+    assert len(filed) == 5 and len({r["vis_key"] for r in filed}) == 5 and not any(r["pending"] for r in filed)
+    with psycopg.connect(dsn, autocommit=True) as owner:  # the state revision 0027 left
+        owner.execute("drop table groundkit.dense_entries, groundkit.dense_recheck")
+        owner.execute("create index embeddings_hnsw_0123456789abcdef on groundkit.embeddings (model)")
+        owner.execute("update groundkit.alembic_version set version_num = '0027'")
+    groundkit.migrate(dsn, gate=False)
+    assert dense.conn.execute(entries).fetchall() == filed
+    assert out_of_step(dense) == []
+    assert dense.conn.execute("select count(*) as n from pg_indexes where schemaname = 'groundkit'"
+                              " and indexname like 'embeddings%%hnsw%%'").fetchone() == {"n": 0}
+    assert dense.conn.execute("select version_num from groundkit.alembic_version").fetchone() == {
+        "version_num": "0028"}
 
 
 def test_rebuild_keeps_the_bucket_indexes(dense: Groundkit, dsn: str) -> None:
