@@ -465,25 +465,6 @@ def test_embed_builds_the_hnsw_index_once_due(dsn: str, fake: FakeEmbeddings) ->
     assert again.returncode == 0 and "HNSW index" not in again.stderr
 
 
-def test_bench_embed_job_compares_the_job_with_the_provider(server_dsn: str, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """python -m evals.bench embed-job on a four-abstract collection: both rates and their ratio."""
-    from evals.bench.__main__ import main
-
-    docs = {"d1": "Mitochondria produce ATP.", "d2": "Insulin lowers blood glucose.",
-            "d3": "The stock market fell sharply.", "d4": "Cats sleep most of the day."}
-    (tmp_path / "qrels").mkdir()
-    (tmp_path / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()), encoding="utf-8")
-    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "energy"}) + "\n", encoding="utf-8")
-    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-    assert main(["embed-job", "--data", str(tmp_path), "--docs", "4", "--rounds", "1", "--batch", "2",
-                 "--dsn", server_dsn]) == 0
-    out = capsys.readouterr().out
-    assert "chunks 4, batch 2, rounds 1" in out and "provider alone" in out
-    assert "x the provider alone)" in out
-
-
 def test_shadow_compare_on_sampled_queries(dense: Groundkit, dsn: str, fake: FakeEmbeddings) -> None:
     """--sampled N takes the latest distinct sampled queries (groundkit.search_samples); with no
     samples it says how to get some."""
