@@ -287,14 +287,15 @@ class Due(_Frozen):
     reason: str
 
 
-StepName = Literal["reindex", "merge", "analyze", "vacuum", "embed", "hnsw"]
+StepName = Literal["reindex", "merge", "analyze", "vacuum", "embed", "dense", "hnsw"]
 
 
 class MaintenanceStep(_Frozen):
     """One step of a maintenance pass. ``count`` is what the step reports: postings rewritten
     (``reindex``, its vacuum of the postings included), postings merged (``merge``), lists
     sketched (``analyze``), tables vacuumed (``vacuum``), chunks embedded (``embed``, its
-    ``reason`` the model), HNSW indexes built (``hnsw``, the model)."""
+    ``reason`` the model), dense index entries merged into their buckets' HNSW indexes
+    (``dense``, the model), HNSW indexes built (``hnsw``, the model)."""
 
     name: StepName
     reason: str

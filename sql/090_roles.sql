@@ -253,7 +253,7 @@ $explain$;
 
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
 -- their query with); writers register models, run the embedding worker, read the lag and cut
--- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'
+-- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_indexes). The searches'
 -- signatures differ with and without pgvector (087_dense_search.*.sql): found by name.
 do $dense$
 declare
@@ -268,6 +268,8 @@ begin
         'groundkit.embed_store(text, bytea[], real[])',
         'groundkit.cutover(text, boolean)',
         'groundkit.hnsw_status(text)',
+        'groundkit.dense_recheck(text)',
+        'groundkit.dense_merge_pending(text, integer, bigint)',
         'groundkit.auto_search_mode()'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);

@@ -57,11 +57,12 @@ def describe(report: MaintenanceReport) -> str:
     """One line: each step, what it counted, how long it took."""
     nouns = {"reindex": "recomputed {} postings' impacts", "merge": "merged {} pending posting(s)",
              "analyze": "sketched {} postings list(s)", "vacuum": "vacuumed {} table(s)",
-             "embed": "embedded {} chunk(s)", "hnsw": "built {} HNSW index"}
+             "embed": "embedded {} chunk(s)", "dense": "merged {} dense index entries",
+             "hnsw": "built {} HNSW index(es)"}
     parts = []
     for s in report.steps:
         part = f"{nouns[s.name].format(s.count)} in {s.seconds:.1f} s"
-        if s.name in ("reindex", "analyze", "embed", "hnsw"):
+        if s.name in ("reindex", "analyze", "embed", "dense", "hnsw"):
             part += f" ({s.reason})"
         parts.append(part)
     return "; ".join(parts)
@@ -97,7 +98,7 @@ def worker(
     goes away, and writes a heartbeat that `groundkit status` shows. Ctrl-C or SIGTERM stops it.
 
     Each pass then embeds what the active embedding model, and any model being reindexed, lacks,
-    and builds its HNSW index when due (--no-embed: not). A provider failure is reported and
+    and builds its buckets' HNSW indexes when due (--no-embed: not). A provider failure is reported and
     recorded in the heartbeat; embedding backs off while the maintenance goes on."""
     passes = 0
 
