@@ -158,6 +158,14 @@ class DatabaseBusy(GroundkitError):
     sqlstate = "GK019"
 
 
+class ConsoleFormRefused(GroundkitError):
+    """A form of the operator console that changes state (log in, log out) came without its CSRF
+    token, with a wrong one, or from another site (GK030; HTTP 403). Raised by Python, not by
+    SQL. Nothing was changed: reload the page and send the form again."""
+
+    sqlstate = "GK030"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
