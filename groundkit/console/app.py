@@ -307,9 +307,9 @@ class Console:
 
     async def health(self, request: Request, session: Session) -> Response:
         parse_params(_Params, request.query_params.multi_items())
-        page = await self.reads.health()
-        ledger = await self.reads.gate_ledger()
-        return self._page(request, "health.html", session, page=page, report=page.report, ledger=ledger)
+        page, ledger = await self.reads.health()
+        return self._page(request, "health.html", session, page=page, report=page.report, ledger=ledger,
+                          thresholds=self.reads.thresholds)
 
     async def spend(self, request: Request, session: Session) -> Response:
         params: SpendParams = parse_params(SpendParams, request.query_params.multi_items())

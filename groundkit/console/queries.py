@@ -20,7 +20,7 @@ from groundkit import embedding
 from groundkit.client import Groundkit
 from groundkit.errors import DatabaseBusy, DatabaseUnavailable, GroundkitError, MigrationError
 from groundkit.health import HealthReport, Thresholds, health_report
-from groundkit.metering import CostRow, cost_summary
+from groundkit.metering import CostBy, CostRow, cost_summary
 from groundkit.models import Replay, RunDiffRow, RunHeader, RunSummary, SearchHit, SearchMode
 from groundkit.quality import results as quality_results
 from groundkit.runs import parse_run_id
@@ -137,6 +137,15 @@ def _search_mode(gk: Groundkit, member: str, query: str, k: int, mode: SearchMod
     return ModeResult(mode, tuple(Hit(n, h, snippet_parts(h.snippet, start, end)) for n, h in enumerate(hits, 1)))
 
 
+def _why_no_dense(gk: Groundkit) -> str:
+    dense = attempt(lambda: embedding.dense_available(gk))
+    if dense is True:
+        return "no active embedding model (groundkit models add, then groundkit cutover)"
+    if dense is False:
+        return "this database has no pgvector: dense search is unavailable (BM25 works)"
+    return "no active embedding model, or no pgvector"
+
+
 def view_as_member(gk: Groundkit, member: str, query: str, k: int) -> MemberView:
     """What ``member`` sees for ``query`` in each mode, through :meth:`Groundkit.search` itself
     (the console's connections are read-only: the sampler records nothing, nothing is metered)."""
@@ -147,11 +156,8 @@ def view_as_member(gk: Groundkit, member: str, query: str, k: int) -> MemberView
     grants = attempt(lambda: tuple(str(r["space_id"]) for r in gk._fetch(
         "select space_id from groundkit.space_grants where member_sub = %(m)s order by space_id limit 50",
         {"m": member})))
-    dense = embedding.dense_available(gk)
     auto = str(gk._scalar("select groundkit.auto_search_mode() as mode", {}))
-    why_not = (None if auto == "hybrid" else
-               "no active embedding model (groundkit models add, then groundkit cutover)" if dense else
-               "this database has no pgvector: dense search is unavailable (BM25 works)")
+    why_not = None if auto == "hybrid" else _why_no_dense(gk)
     modes = tuple(_search_mode(gk, member, query, k, mode, None if mode == "bm25" else why_not) for mode in MODES)
     return MemberView(member, authority, grants, auto, modes)
 
@@ -169,16 +175,17 @@ class Series(Generic[_T]):
 
 @dataclass(frozen=True)
 class HealthPage:
-    report: HealthReport
+    report: HealthReport | Unreadable
     backlog: Series[int] | Unreadable
 
 
-def backlog_series(gk: Groundkit, report: HealthReport, days: int = BACKLOG_DAYS) -> Series[int]:
-    """Each model's waiting chunks at the end of each hour of the last ``days`` days
+def backlog_series(gk: Groundkit, days: int = BACKLOG_DAYS) -> Series[int]:
+    """Each embedding model's waiting chunks at the end of each hour of the last ``days`` days
     (``groundkit.embedding_backlog``)."""
     since = datetime.now(UTC) - timedelta(days=days)
+    names = tuple(str(r["name"]) for r in gk._fetch(
+        "select name from groundkit.embedding_models order by active desc, reindexing_at is not null desc, name", {}))
     by_time: dict[datetime, dict[str, int]] = {}
-    names = tuple(lag.model for lag in report.lags)
     for name in names:
         for r in gk._fetch("select bucket_end, waiting from groundkit.embedding_backlog(%(m)s, %(s)s, %(b)s)",
                            {"m": name, "s": since, "b": timedelta(hours=1)}):
@@ -186,11 +193,15 @@ def backlog_series(gk: Groundkit, report: HealthReport, days: int = BACKLOG_DAYS
     return Series(names, tuple((at, tuple(v.get(n) for n in names)) for at, v in sorted(by_time.items())))
 
 
+def status(gk: Groundkit, thresholds: Thresholds, replica_dsns: Sequence[str]) -> HealthReport | Unreadable:
+    """``groundkit status``'s report, judged by its thresholds and its code."""
+    return attempt(lambda: health_report(gk, thresholds, replica_dsns))
+
+
 def health(gk: Groundkit, thresholds: Thresholds, replica_dsns: Sequence[str]) -> HealthPage:
-    """``groundkit status``'s report (its thresholds, its code) and the embedding backlog over time."""
-    report = health_report(gk, thresholds, replica_dsns)
-    backlog = attempt(lambda: backlog_series(gk, report)) if report.lags else Series[int]((), ())
-    return HealthPage(report, backlog)
+    """The report and the embedding backlog over time, one after the other
+    (:meth:`groundkit.console.reads.ConsoleReads.health` reads them side by side)."""
+    return HealthPage(status(gk, thresholds, replica_dsns), attempt(lambda: backlog_series(gk)))
 
 
 # -- Spend ----------------------------------------------------------------------------------
@@ -208,9 +219,18 @@ class SpendPage:
         return tuple(sorted({r.currency for r in self.by_day if r.currency is not None}))
 
 
+SPEND_BY: tuple[CostBy, ...] = ("flow", "model", "day")
+
+
+def costs(gk: Groundkit, since: datetime | None, by: CostBy) -> tuple[CostRow, ...]:
+    """``groundkit costs --by BY`` since ``since``: one of the Spend page's three reads."""
+    return tuple(cost_summary(gk, since=since, by=by))
+
+
 def spend(gk: Groundkit, since: datetime | None) -> SpendPage:
-    """``groundkit costs --by flow``, ``--by model`` and ``--by day`` since ``since``."""
-    return SpendPage(since, *(tuple(cost_summary(gk, since=since, by=by)) for by in ("flow", "model", "day")))
+    """``groundkit costs --by flow``, ``--by model`` and ``--by day`` since ``since``, one after
+    another (:meth:`groundkit.console.reads.ConsoleReads.spend` runs them side by side)."""
+    return SpendPage(since, *(costs(gk, since, by) for by in SPEND_BY))
 
 
 # -- Quality --------------------------------------------------------------------------------

@@ -30,7 +30,8 @@ from groundkit import tokens
 from groundkit.client import Groundkit
 from groundkit.console import optional, queries
 from groundkit.errors import DatabaseBusy, GroundkitError, from_psycopg
-from groundkit.health import Thresholds
+from groundkit.health import HealthReport, Thresholds
+from groundkit.metering import CostBy, CostRow
 from groundkit.models import Replay, RunSummary
 from groundkit.pool_log import scrub_pool_log
 from groundkit.serve.service import LOCK_TIMEOUT, POOL_TIMEOUT, STATEMENT_TIMEOUT, session_timeouts
@@ -39,6 +40,7 @@ _R = TypeVar("_R")
 _PgConn = psycopg.Connection[dict[str, Any]]
 
 POOL_SIZE = 4
+Ledger = optional.GateLedger | optional.Unavailable | queries.Unreadable
 
 
 def _read_only(statement_timeout: float, lock_timeout: float) -> Callable[[_PgConn], None]:
@@ -126,14 +128,44 @@ class ConsoleReads:
     async def explain(self, member: str, object_id: str) -> optional.Explanation | optional.Unavailable:
         return await self._call(lambda gk: optional.explain(gk, member, object_id))
 
-    async def health(self) -> queries.HealthPage:
-        return await self._call(lambda gk: queries.health(gk, self.thresholds, self.replicas))
+    async def health(self) -> tuple[queries.HealthPage, Ledger]:
+        """Status's report, the embedding backlog over time and the gate ledger, side by side on
+        connections of their own."""
+        report: list[HealthReport | queries.Unreadable] = []
+        backlog: list[queries.Series[int] | queries.Unreadable] = []
+        ledger: list[Ledger] = []
 
-    async def gate_ledger(self) -> optional.GateLedger | optional.Unavailable | queries.Unreadable:
-        return await self._call(lambda gk: queries.attempt(lambda: optional.gate_ledger(gk)))
+        async def read_report() -> None:
+            report.append(await self._call(lambda gk: queries.status(gk, self.thresholds, self.replicas)))
+
+        async def read_backlog() -> None:
+            backlog.append(await self._call(lambda gk: queries.attempt(lambda: queries.backlog_series(gk))))
+
+        async def read_ledger() -> None:
+            ledger.append(await self._call(lambda gk: queries.attempt(lambda: optional.gate_ledger(gk))))
+
+        async with anyio.create_task_group() as group:
+            for read in (read_report, read_backlog, read_ledger):
+                group.start_soon(read)
+        return queries.HealthPage(report[0], backlog[0]), ledger[0]
 
     async def spend(self, since: datetime | None) -> queries.SpendPage | queries.Unreadable:
-        return await self._call(lambda gk: queries.attempt(lambda: queries.spend(gk, since)))
+        """The three aggregations over the calls ledger at once, each on a connection of its own:
+        the page waits for the slowest, not for their sum."""
+        found: dict[str, tuple[CostRow, ...] | queries.Unreadable] = {}
+
+        async def one(by: CostBy) -> None:
+            found[by] = await self._call(lambda gk: queries.attempt(lambda: queries.costs(gk, since, by)))
+
+        async with anyio.create_task_group() as group:
+            for by in queries.SPEND_BY:
+                group.start_soon(one, by)
+        parts = [found[by] for by in queries.SPEND_BY]
+        unreadable = next((p for p in parts if isinstance(p, queries.Unreadable)), None)
+        if unreadable is not None:
+            return unreadable
+        flows, models, days = (p for p in parts if not isinstance(p, queries.Unreadable))
+        return queries.SpendPage(since, flows, models, days)
 
     async def quality(self) -> queries.QualityPage | queries.Unreadable:
         return await self._call(lambda gk: queries.attempt(lambda: queries.quality(gk)))
