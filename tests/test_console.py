@@ -8,6 +8,7 @@ import logging
 import re
 
 import httpx
+import psycopg
 import pytest
 from markupsafe import escape
 from psycopg import sql
@@ -221,8 +222,6 @@ def test_explain_panel_shows_each_clause_and_which_decides(console: str, world: 
     """The panel renders what explain_visibility returns, whatever the clauses (a stand-in with the
     function's interface where the database lacks it)."""
     if not _has_explain(world.gk):
-        import psycopg
-
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL(STAND_IN))
     client = _logged_in(console, world)
@@ -366,3 +365,23 @@ def test_tokens_cli_makes_and_revokes_console_tokens(dsn: str) -> None:
         assert tokens.console_operator(gk, token) == "alice-ops" and tokens.token_member(gk, token) is None
     gone = CliRunner().invoke(app, ["tokens", "revoke", "--console", "alice-ops", "--dsn", dsn])
     assert gone.exit_code == 0 and "revoked 1 console token(s) of operator alice-ops" in gone.stdout
+
+
+def test_console_as_an_auditor_and_reader_login(server_dsn: str, dsn: str, world: World) -> None:
+    """A login granted groundkit_auditor and groundkit_reader alone: every page answers; what the
+    role may not read says so; View as member still searches as the member."""
+    from groundkit.gate.roles import login_roles
+
+    with login_roles(server_dsn, dsn) as logins, psycopg.connect(server_dsn, autocommit=True) as admin:
+        auditor = str(psycopg.conninfo.conninfo_to_dict(logins.auditor)["user"])
+        admin.execute(sql.SQL("grant groundkit_reader to {}").format(sql.Identifier(auditor)))
+        reads = ConsoleReads(logins.auditor, thresholds=Thresholds.from_settings(), pool_size=2)
+        with serving(create_app(reads)) as url:
+            client = _logged_in(url, world)
+            for page in PAGES:
+                r = client.get(url + page)
+                assert r.status_code == 200, (page, r.text)
+            assert T3_ONLY in _bm25_ids(_view(client, url, "t3"))
+            assert "may not read this" in client.get(f"{url}/health").text
+            assert ">tutor<" in client.get(f"{url}/spend").text
+            assert world.run_ids[0] in client.get(f"{url}/runs").text

@@ -181,10 +181,14 @@ def test_every_page_at_a_phone_width_without_javascript(browser: Any, console: s
     """Readable without JavaScript (the numbers tables stand in for the charts) and usable at a
     phone's width: nothing wider than the screen but tables, which scroll in their own box."""
     person = Visit(browser, console, javascript=False, viewport=PHONE)
+    a, b, _ = world.run_ids
+    more = {"run": f"/runs/{a}", "diff": f"/runs/diff?a={a}&b={b}", "verify": "/runs/verify"}
     try:
+        person.go("/login")
+        person.shoot("phone-login")
         person.log_in(world.console_token)
         person.page.wait_for_url(f"{console}/view")
-        for name, path in PAGES.items():
+        for name, path in {**PAGES, **more}.items():
             person.go(path)
             assert person.page.locator("h1").first.is_visible(), name
             assert person.page.locator("canvas").count() == 0  # no script ran
