@@ -363,7 +363,10 @@ class Groundkit(Admin):
         key = model.model_dump_json()
         embedder = self._embedders.get(key)
         if embedder is None:
-            embedder = embedder_for(model, meter_to=self if self.flow is not None else None, flow=self.flow)
+            # the outbound policy is read from this database on every call; the decision is
+            # recorded (and the call metered) where a flow is set
+            embedder = embedder_for(model, meter_to=self if self.flow is not None else None, flow=self.flow,
+                                    policy_from=self)
             self._embedders[key] = embedder
         return embedding.vector_literal(embedder.embed_query(query))
 

@@ -3,8 +3,10 @@ report and one set of thresholds, read by the CLI and the console alike, so the 
 disagree about what is wrong.
 
 :func:`health_report` reads the search index's state, what a maintenance pass would do, the
-workers' heartbeats, outdated chunks, each embedding model's lag and the replication state;
-:class:`Thresholds` says when the embedding lag, a replica's lag or the fence's routing alerts.
+workers' heartbeats, outdated chunks, each embedding model's lag, the replication state and
+whether a passing gate certifies the configuration serving readers (the gate ledger,
+:mod:`groundkit.deployment`); :class:`Thresholds` says when the embedding lag, a replica's lag or
+the fence's routing alerts. An uncertified configuration always alerts.
 """
 
 from __future__ import annotations
@@ -13,14 +15,16 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from groundkit import embedding, replicas
+from groundkit import deployment, embedding, replicas
 from groundkit.client import Groundkit
 from groundkit.config import Settings
+from groundkit.deployment import DeploymentStatus
 from groundkit.embedding import EmbeddingLag
 from groundkit.models import Due, IndexStatus, OutdatedChunks, WorkerHeartbeat
 from groundkit.replicas import ReplicationStatus
 
-__all__ = ["FENCE_ALERT", "REPLAY_LAG_ALERT_S", "HealthReport", "Thresholds", "health_report", "lag_alert"]
+__all__ = ["FENCE_ALERT", "REPLAY_LAG_ALERT_S", "HealthReport", "Thresholds", "gate_alerts", "health_report",
+           "lag_alert"]
 
 #: a replica (or streaming standby) replaying further behind than this many seconds alerts
 REPLAY_LAG_ALERT_S = 30.0
@@ -66,6 +70,15 @@ def lag_alert(lag: EmbeddingLag, alert_s: float, alert_chunks: int | None) -> st
     return None
 
 
+def gate_alerts(gate: DeploymentStatus | None) -> tuple[str, ...]:
+    """Why the configuration serving readers alerts: no ledger, or no passing gate certifies it."""
+    if gate is None:
+        return ("this database has no gate ledger (groundkit migrate)",)
+    if gate.certified:
+        return ()
+    return (f"the configuration serving readers is not certified: {gate.reason}",)
+
+
 class HealthReport(BaseModel):
     """Everything ``groundkit status`` shows, with the alerts of ``thresholds``."""
 
@@ -81,12 +94,16 @@ class HealthReport(BaseModel):
     lag_alerts: tuple[str, ...]
     replication: ReplicationStatus
     replica_alerts: tuple[str, ...]
+    #: ``groundkit.deployment_status()``: which configuration serves readers and which gate run
+    #: certifies it (None: the database has no gate ledger)
+    deployment: DeploymentStatus | None
+    gate_alerts: tuple[str, ...]
     thresholds: Thresholds
 
     @property
     def alerts(self) -> tuple[str, ...]:
         """Every breached threshold: ``status --check`` exits 1 when there is one."""
-        return self.lag_alerts + self.replica_alerts
+        return self.lag_alerts + self.replica_alerts + self.gate_alerts
 
 
 def health_report(gk: Groundkit, thresholds: Thresholds, replica_dsns: Sequence[str] = ()) -> HealthReport:
@@ -95,10 +112,11 @@ def health_report(gk: Groundkit, thresholds: Thresholds, replica_dsns: Sequence[
     dense = embedding.dense_available(gk)
     lags = tuple(embedding.lag(gk)) if dense else ()
     replication = replicas.replication_status(gk, tuple(replica_dsns))
+    gate = deployment.serving_status(gk)
     lag_alerts = tuple(a for a in (lag_alert(lag, thresholds.embed_lag_alert_s, thresholds.embed_lag_alert_chunks)
                                    for lag in lags) if a)
     return HealthReport(
         index=gk.index_status(), due=gk.due(), workers=gk.workers(), outdated=gk.outdated_chunks(), dense=dense,
         lags=lags, lag_alerts=lag_alerts, replication=replication,
         replica_alerts=tuple(replication.alerts(thresholds.replay_lag_alert_s, thresholds.fence_alert)),
-        thresholds=thresholds)
+        deployment=gate, gate_alerts=gate_alerts(gate), thresholds=thresholds)

@@ -3,7 +3,7 @@ stored as a SHA-256 only.
 
 A token is ``gk_`` and 32 random bytes (URL-safe base64). Its hash is computed in Python, so the
 token itself never reaches the database, its logs or its statistics. Member tokens
-(``api_tokens``) and console tokens (``console_tokens``, revision 0026) live apart: neither kind
+(``api_tokens``) and console tokens (``console_tokens``, revision 0031) live apart: neither kind
 is ever accepted where the other is.
 """
 

@@ -1,5 +1,5 @@
 -- The operator console (groundkit serve console, docs/console.md): its login tokens (revision
--- 0026) and the reads its Health page needs beyond what `groundkit status` calls. Replaceable.
+-- 0031) and the reads its Health page needs beyond what `groundkit status` calls. Replaceable.
 --
 -- Console tokens are operator tokens, kept apart from the members' api_tokens: token_member
 -- never answers for one, and console_operator never answers for a member's token. As for member

@@ -18,6 +18,7 @@ from groundkit import Groundkit, replica_pair, tokens
 from groundkit.errors import NoFreshServer
 from groundkit.models import SearchMode
 from groundkit.replicas import FencedPool, connect_pool, covers
+from tests.governance_helpers import certify
 
 SECRET = "the members' price list for commissions"
 
@@ -29,7 +30,7 @@ def pair() -> Iterator[replica_pair.ReplicaPair]:
     except replica_pair.Unavailable as exc:
         pytest.skip(f"no server binaries for a primary and standby: {exc}")
     with made:
-        groundkit.migrate(made.primary_dsn)
+        groundkit.migrate(made.primary_dsn, gate=False)
         with Groundkit.connect(made.primary_dsn) as gk:
             gk.put_member("ana", "T1")
             gk.put_space("commons", "T0")
@@ -286,6 +287,7 @@ def test_status_reports_the_replica_and_check_alerts_past_the_threshold(
 
     with connect_pool(pair.primary_dsn, [pair.standby_dsn]) as pool:
         pool.search("ana", "price list commissions")
+    certify(pair.primary_dsn)  # (status --check also alerts on an uncertified configuration)
     args = ["status", "--dsn", pair.primary_dsn, "--replica", pair.standby_dsn, "--check",
             "--replay-lag-alert-s", "0.5"]
     runner = CliRunner()
@@ -320,6 +322,7 @@ def test_status_check_fails_while_an_app_table_behind_reader_authority_lacks_the
     """An app maps reader_authority over its own tables, through a view of its own: until each
     table carries the authority_changed() trigger, the fence cannot see a revocation there, and
     `status --check` fails naming the table and the statement that fixes it."""
+    certify(dsn)  # a certified configuration: the gate ledger's own check passes
     assert _status(dsn)[0] == 0  # the default mapping reads groundkit.members, which has it
     raw = gk.conn
     raw.execute("create schema app")

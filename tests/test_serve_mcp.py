@@ -24,6 +24,7 @@ from groundkit import Groundkit, tokens
 from groundkit.serve.background import serving
 from groundkit.serve.mcp import http_app
 from groundkit.serve.service import ReadService
+from tests.governance_helpers import certify
 
 T = TypeVar("T")
 GROUNDKIT = Path(sys.executable).with_name("groundkit")
@@ -52,6 +53,7 @@ def _error(result: CallToolResult) -> dict[str, Any]:
 
 
 def _stdio(dsn: str, reader: str, session: Callable[[Client], Awaitable[T]]) -> T:
+    certify(dsn)  # serve refuses a configuration no gate certified (docs/governance.md)
     params = StdioServerParameters(command=str(GROUNDKIT), args=["serve", "mcp", "--reader", reader, "--dsn", dsn])
 
     async def main() -> T:

@@ -13,6 +13,8 @@
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
     serve-guards  the servers' timeouts: a search under a held lock, clients that trickle, connections over the cap
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
+    chain         the audit chain's cost on a run around a search (one client, concurrent clients), and verify's
+    gated         groundkit migrate and groundkit cutover with their gate against the bare change
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
     fusion        BM25 and dense fused (RRF, score; weights, depth, match gate) on BEIR collections: nDCG@10
@@ -23,6 +25,7 @@
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
     shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
     console       the operator console's pages at 100k chunks: render time at the client, and its reads alone
+    outbound      the outbound gate's cost per embedding batch and per LLM call (loopback), the scrubber's per chunk
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -34,6 +37,7 @@ from collections.abc import Callable, Sequence
 
 from evals.bench import (
     ab,
+    chain,
     chunking,
     console,
     costs,
@@ -41,10 +45,12 @@ from evals.bench import (
     embed,
     embed_job,
     fusion,
+    gated,
     home,
     http,
     ingest,
     ingest_dir,
+    outbound,
     policy,
     profile,
     replicas,
@@ -73,6 +79,8 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "serve-guards": serve_guards.main,
     "costs": costs.main,
     "runs": runs.main,
+    "chain": chain.main,
+    "gated": gated.main,
     "telemetry": telemetry.main,
     "fusion": fusion.main,
     "embed": embed.main,
@@ -82,6 +90,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "replicas": replicas.main,
     "console": console.main,
     "shards": shards.main,
+    "outbound": outbound.main,
 }
 
 

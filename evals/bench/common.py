@@ -100,7 +100,7 @@ def setup_db(server_dsn: str, name: str) -> str:
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
     dsn = make_conninfo(server_dsn, dbname=name)
-    groundkit.migrate(dsn)
+    groundkit.migrate(dsn, gate=False)
     return dsn
 
 
@@ -122,7 +122,7 @@ def scratch_db(server_dsn: str, label: str, keep: bool = False) -> Iterator[str]
         return
     with ScratchDatabases(server_dsn, f"bench_{label}", log) as scratch:
         dsn = scratch.create()
-        groundkit.migrate(dsn)
+        groundkit.migrate(dsn, gate=False)
         log(f"database {scratch.name()}")
         yield dsn
 

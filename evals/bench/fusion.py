@@ -212,7 +212,7 @@ def main(argv: Sequence[str]) -> int:
         # a database of this run's own, dropped after its legs are read (groundkit/databases.py)
         with ScratchDatabases(server, PURPOSE, log) as scratch:
             dsn = scratch.create()
-            groundkit.migrate(dsn)
+            groundkit.migrate(dsn, gate=False)
             load_into_groundkit(dsn, collection, chunk_chars=args.chunk_chars, chunk_overlap=args.chunk_overlap)
             prepare_dense(dsn, args.embedding_cache)
             leg = legs(dsn, collection)

@@ -3,11 +3,14 @@ extras)."""
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
+from groundkit import deployment
+from groundkit import dsn as groundkit_dsn
 from groundkit.cli._common import (
     DsnOption,
     EmbedLagAlertChunksOption,
@@ -17,11 +20,12 @@ from groundkit.cli._common import (
     err,
     handle_errors,
 )
-from groundkit.client import resolve_dsn
-from groundkit.errors import ConfigError, InvalidArgument
+from groundkit.client import Groundkit, resolve_dsn
+from groundkit.errors import ConfigError, DatabaseUnavailable, InvalidArgument, MigrationError, Uncertified
 from groundkit.health import FENCE_ALERT, REPLAY_LAG_ALERT_S, Thresholds
 from groundkit.replicas import DEFAULT_MAX_LAG
 from groundkit.serve.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, ServerLimits
+from groundkit.serve.models import GateHealth
 from groundkit.serve.service import LOCK_TIMEOUT, POOL_SIZE, POOL_TIMEOUT, STATEMENT_TIMEOUT, ReadService
 
 CONSOLE_POOL = 4  # the console's pages are read by a few operators, a page's reads one after another
@@ -60,6 +64,48 @@ class Transport(StrEnum):
     http = "http"
 
 
+AllowUngatedOption = Annotated[bool, typer.Option(
+    "--allow-ungated", help="Start even though no passing gate certifies the configuration serving readers (or it "
+                            "cannot be checked): logged, and shown in /healthz. Without it the server refuses to "
+                            "start (docs/governance.md).")]
+
+log = logging.getLogger("groundkit.serve")
+
+
+def gate_check(dsn: str, allow_ungated: bool) -> GateHealth:
+    """The startup check: the configuration serving readers must be certified by the gate
+    (``groundkit.deployment_status()``), else :class:`Uncertified` (GK021), unless
+    ``allow_ungated``, which is logged and returned for /healthz. A database that cannot be asked
+    is uncertified too: the server does not start on a configuration nobody checked."""
+    gate: deployment.DeploymentStatus | None = None
+    why: str | None = None
+    try:
+        with Groundkit.connect(dsn) as gk:
+            gate = deployment.serving_status(gk)
+    except (DatabaseUnavailable, MigrationError) as exc:
+        why = f"cannot check the gate's certificate: {exc.message}"
+    else:
+        if gate is None:
+            why = "this database has no gate ledger (groundkit migrate)"
+        elif not gate.certified:
+            why = gate.reason
+    certified = gate is not None and gate.certified
+    health = GateHealth(certified=certified, allowed_ungated=not certified and allow_ungated,
+                        config_hash=gate.config_hash if gate else None, ledger_id=gate.ledger_id if gate else None,
+                        reason=why)
+    if certified:
+        assert gate is not None
+        err.print(f"gate: configuration {gate.config_hash[:16]} certified by ledger row {gate.ledger_id}",
+                  highlight=False)
+        return health
+    if not allow_ungated:
+        raise Uncertified(f"refusing to serve: {why}. Certify it (groundkit eval gate, groundkit migrate), or start "
+                          "with --allow-ungated (logged, and shown in /healthz)")
+    log.warning("serving UNGATED (--allow-ungated): %s", why)
+    err.print(f"[bold yellow]WARNING[/] serving ungated (--allow-ungated): {why}", highlight=False)
+    return health
+
+
 def _extra(module: str, extra: str) -> None:
     try:
         __import__(module)
@@ -85,6 +131,7 @@ def mcp(
     max_connections: MaxConnectionsOption = MAX_CONNECTIONS,
     replica: ReplicaOption = None,
     max_lag: MaxLagOption = DEFAULT_MAX_LAG,
+    allow_ungated: AllowUngatedOption = False,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the MCP tools `search` and `home`, reading as the configured `--reader` (stdio) or as
@@ -97,9 +144,13 @@ def mcp(
     if transport is Transport.http and reader:
         raise InvalidArgument("--reader is for stdio; over http each request's bearer token names the member")
     limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
-    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+    target = resolve_dsn(dsn)
+    groundkit_dsn.parse(target)  # (a DSN libpq cannot read: ConfigError, before anything connects)
+    gate = gate_check(target, allow_ungated)
+    service = ReadService(target, pool_size=pool_size, pool_timeout=pool_timeout,
                           statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                           replicas=tuple(replica or ()), max_lag=max_lag)
+    service.gate = gate
     if transport is Transport.stdio:
         assert reader is not None
         mcp_server.run_stdio(service, reader)
@@ -125,6 +176,7 @@ def http(
     max_connections: MaxConnectionsOption = MAX_CONNECTIONS,
     replica: ReplicaOption = None,
     max_lag: MaxLagOption = DEFAULT_MAX_LAG,
+    allow_ungated: AllowUngatedOption = False,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the HTTP retrieval API (POST /v1/search, GET /v1/home, GET /healthz, GET /openapi.json),
@@ -134,9 +186,13 @@ def http(
     from groundkit.serve.transport import serve
 
     limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
-    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+    target = resolve_dsn(dsn)
+    groundkit_dsn.parse(target)  # (a DSN libpq cannot read: ConfigError, before anything connects)
+    gate = gate_check(target, allow_ungated)
+    service = ReadService(target, pool_size=pool_size, pool_timeout=pool_timeout,
                           statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                           replicas=tuple(replica or ()), max_lag=max_lag)
+    service.gate = gate
     serve(create_app(service, trust_header=trust_header), host, port, limits)
 
 

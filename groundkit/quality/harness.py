@@ -195,7 +195,7 @@ def _run_arms(collection: Collection, server_dsn: str, arms: Sequence[str], scra
                 import groundkit
 
                 dsn = scratch.enter_context(ScratchDatabases(server_dsn, PURPOSE, notify)).create()
-                groundkit.migrate(dsn)
+                groundkit.migrate(dsn, gate=False)
                 load_into_groundkit(dsn, collection, progress)
             if arm in DENSE_ARMS:
                 if dense is None:

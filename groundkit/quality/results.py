@@ -1,10 +1,10 @@
-"""Stored results of ``groundkit eval quality`` (``groundkit.quality_results``, revision 0026).
+"""Stored results of ``groundkit eval quality`` (``groundkit.quality_results``, revision 0031).
 
 :func:`store_collection_results` and :func:`store_label_results` are called by the CLI once a
 run has its numbers, into the database the run was pointed at (the scratch databases it loads
 collections into are dropped): one row per arm, or per tier rank for labelled samples, sharing
 one ``eval_id``. The console's Quality page reads them back with :func:`latest_results` and
-:func:`label_history`. A database migrated before revision 0026 has no table: storing then
+:func:`label_history`. A database migrated before revision 0031 has no table: storing then
 returns ``None`` and says nothing is kept, rather than failing the evaluation it follows.
 """
 
@@ -55,7 +55,7 @@ class StoredQuality(BaseModel):
 
 
 def has_results_table(session: Session) -> bool:
-    """Whether the database has ``groundkit.quality_results`` (revision 0026 or later)."""
+    """Whether the database has ``groundkit.quality_results`` (revision 0031 or later)."""
     return session._scalar("select to_regclass('groundkit.quality_results') is not null as ok", {}) is True
 
 

@@ -33,6 +33,7 @@ from groundkit.serve.models import (
     CitationInput,
     CitationResult,
     ErrorBody,
+    GateHealth,
     Health,
     HomeInput,
     HomeResult,
@@ -100,6 +101,8 @@ class ReadService:
             connection_class=psycopg.Connection[dict[str, Any]],
         )
         self._expected = _head_revision()
+        # the gate's verdict the server started on (groundkit/cli/serve.py), shown in /healthz
+        self.gate: GateHealth | None = None
         self.fenced = (FencedPool(dsn, replicas, max_lag=max_lag, pool_size=pool_size, pool_timeout=pool_timeout,
                                   open_wait=False, primary_pool=self.pool, configure=configure)
                        if replicas else None)
@@ -165,8 +168,8 @@ class ReadService:
             with self.groundkit() as gk:
                 revision = gk._scalar("select groundkit.schema_revision()", {})
         except GroundkitError:
-            return Health(database="unavailable", expected_revision=self._expected)
-        return Health(database="ok", revision=revision, expected_revision=self._expected)
+            return Health(database="unavailable", expected_revision=self._expected, gate=self.gate)
+        return Health(database="ok", revision=revision, expected_revision=self._expected, gate=self.gate)
 
 
 def _head_revision() -> str:
