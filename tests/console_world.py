@@ -1,6 +1,7 @@
 """The console tests' world and server: members of every tier, an object only T3 may see, an
-object whose title and body are an injection attempt, a recorded run, metered calls and stored
-quality results, and the real console served on loopback.
+object whose title and body are an injection attempt, recorded runs, metered calls and stored
+quality results, a configuration the gate ledger certifies, and the real console served on
+loopback.
 
 Import the fixtures into a test module (``from tests.console_world import console, world``)."""
 
@@ -23,6 +24,7 @@ from groundkit.quality.harness import QualityRow
 from groundkit.quality.results import store_collection_results, store_label_results
 from groundkit.quality.samples import RankScore
 from groundkit.serve.background import serving
+from tests.governance_helpers import certify
 
 # An injection attempt in every free-text field a page shows: a script, an attribute breakout
 # with an image whose onerror would run, and a forged highlight.
@@ -45,12 +47,14 @@ currency = "USD"
 @dataclass(frozen=True)
 class World:
     gk: Groundkit
+    dsn: str
+    certified: int  # the gate ledger's row that certifies the database's configuration
     console_token: str
     member_token: str
     run_ids: tuple[str, str, str]  # the same query twice (a post entered between), then an injection
 
 
-def build_world(gk: Groundkit) -> World:
+def build_world(gk: Groundkit, dsn: str) -> World:
     for sub, tier in (("t0", "T0"), ("t1", "T1"), ("t3", "T3")):
         gk.put_member(sub, tier)
     gk.put_space("open", "T0")
@@ -80,12 +84,13 @@ def build_world(gk: Groundkit) -> World:
         store_label_results(gk, f"labels {BREAKOUT}.jsonl", [
             RankScore(tier_rank=rank, reader=f"groundkit-eval:rank-{rank}", queries=40, ndcg_10=ndcg - rank / 100,
                       recall_10=0.5, recall_100=0.8, mrr_10=0.6) for rank in (0, 3)])
-    return World(gk, tokens.create_console_token(gk, "ops"), tokens.create_token(gk, "t3"), (runs[0], runs[1], runs[2]))
+    return World(gk, dsn, certify(dsn), tokens.create_console_token(gk, "ops"), tokens.create_token(gk, "t3"),
+                 (runs[0], runs[1], runs[2]))
 
 
 @pytest.fixture
-def world(gk: Groundkit) -> World:
-    return build_world(gk)
+def world(gk: Groundkit, dsn: str) -> World:
+    return build_world(gk, dsn)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from markupsafe import escape
 from psycopg import sql
 from typer.testing import CliRunner
 
-from groundkit import Groundkit, tokens
+from groundkit import Groundkit, deployment, tokens
 from groundkit.cli import app
 from groundkit.console import ConsoleReads, create_app
 from groundkit.console.app import CSP
@@ -36,6 +36,7 @@ from tests.console_world import (
     log_in,
     world,
 )
+from tests.dense_fakes import trust_private
 
 __all__ = ["console", "world"]  # (fixtures)
 
@@ -187,57 +188,21 @@ def test_snippet_markers_cannot_be_forged() -> None:
     assert [(p.text, p.match) for p in parts] == [("a <mark>x</mark> ", False), ("kiln", True), (" &lt; b", False)]
 
 
-def test_explain_panel_says_not_available_without_explain_visibility(console: str, world: World) -> None:
-    if _has_explain(world.gk):
-        pytest.skip("this database has groundkit.explain_visibility: test_explain_names_the_tier_clause runs instead")
-    client = _logged_in(console, world)
-    page = _view(client, console, "t0", obj=T3_ONLY)
-    assert 'id="explain"' in page and "explain: not available in this version" in page
-
-
-def _has_explain(gk: Groundkit) -> bool:
-    return bool(gk._scalar("select to_regprocedure('groundkit.explain_visibility(text, text)') is not null as ok", {}))
-
-
-# The interface of groundkit.explain_visibility (issue 53) for a stand-in, where the database does
-# not have the function yet: the tier clause holds when the reader's rank reaches the object's.
-STAND_IN = """
-create function groundkit.explain_visibility(reader_sub text, object_id text)
-returns table (step integer, clause text, value text, holds boolean, decides boolean)
-language sql stable as $$
-    with r as (select t.rank from groundkit.members m join groundkit.tiers t on t.name = m.tier
-                where m.member_sub = reader_sub),
-         o as (select t.rank, ob.tier_visibility from groundkit.objects ob
-                 join groundkit.tiers t on t.name = ob.tier_visibility
-                where ob.object_id = explain_visibility.object_id),
-         c as (select (select rank from r) >= (select rank from o) as ok)
-    select 1, 'object tier', 'stamped ' || (select tier_visibility from o), c.ok, not c.ok from c
-    union all
-    select 2, 'predicate', case when c.ok then 'visible' else 'hidden' end, c.ok, c.ok from c
-$$
-"""
-
-
-def test_explain_panel_shows_each_clause_and_which_decides(console: str, world: World, dsn: str) -> None:
-    """The panel renders what explain_visibility returns, whatever the clauses (a stand-in with the
-    function's interface where the database lacks it)."""
-    if not _has_explain(world.gk):
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL(STAND_IN))
+def test_explain_names_the_tier_clause(console: str, world: World) -> None:
+    """The panel is groundkit explain's answer: every clause, the one that decides, and with the
+    query, which terms each chunk holds and where it ranks for the member."""
     client = _logged_in(console, world)
     hidden = _view(client, console, "t0", obj=T3_ONLY)
     assert "cannot see" in hidden and re.search(r'class="decides">object tier<', hidden)
+    assert "stamped T3 (rank 3); the reader&#39;s rank is 0" in hidden
+    assert "none of its chunks can rank" in hidden
     visible = _view(client, console, "t3", obj=T3_ONLY)
     assert "can see" in visible and "cannot see" not in visible
-
-
-@pytest.mark.skipif("not __import__('importlib').util.find_spec('groundkit.explain')",
-                    reason="groundkit.explain_visibility is not in this version (issue 53 brings it)")
-def test_explain_names_the_tier_clause(console: str, world: World) -> None:
-    client = _logged_in(console, world)
-    page = _view(client, console, "t0", obj=T3_ONLY)
-    assert re.search(r'class="decides">object tier<', page), page
-    assert "cannot see" in page
+    assert re.search(r'class="decides">predicate<', visible)
+    assert re.search(r"Its best chunk ranks <strong>\d+</strong> in t3's bm25 search", visible)
+    assert "<code>kiln</code>" in visible  # the query's analysed terms
+    unknown = _view(client, console, "t3", obj="no-such-object")
+    assert re.search(r'class="decides">object<', unknown)
 
 
 # -- Health, Spend, Quality, Runs ------------------------------------------------------------
@@ -246,12 +211,14 @@ def test_explain_names_the_tier_clause(console: str, world: World) -> None:
 def test_health_shows_the_alerts_of_status_check(dsn: str, world: World) -> None:
     """The console judges health with status --check's own code: the same alerts, the same
     thresholds, here an active embedding model's lag over a count of 0."""
+    trust_private(world.gk, "http://127.0.0.1:9/v1")  # (else the outbound policy withholds the chunks: no lag)
     world.gk._fetch("select groundkit.add_embedding_model('lagging', 'openai', 8, 'cosine', 'text',"
                     " '{\"url\": \"http://127.0.0.1:9/v1\", \"model\": \"m\"}'::jsonb)", {})
     world.gk._fetch("select groundkit.cutover('lagging', true)", {})
     thresholds = Thresholds.from_settings(embed_lag_alert_chunks=0)
     expected = health_report(world.gk, thresholds).alerts
     assert expected and "chunks unembedded, more than 0" in expected[0]
+    assert "not certified" in expected[-1]  # the cutover changed the configuration serving readers
     check = CliRunner().invoke(app, ["status", "--check", "--embed-lag-alert-chunks", "0", "--dsn", dsn])
     assert check.exit_code == 1
     reads = ConsoleReads(dsn, thresholds=thresholds, pool_size=2)
@@ -260,20 +227,26 @@ def test_health_shows_the_alerts_of_status_check(dsn: str, world: World) -> None
         page = client.get(f"{url}/health").text
         for alert in expected:
             assert str(escape(alert)) in page
-        assert "status --check exits 1" in page and "lagging" in page
+        assert "status --check exits 1" in page and "lagging" in page and "not certified</span>" in page
         assert 'id="backlog"' in page  # the lag over time, a chart's numbers
         # View as member: hybrid is auto now; a mode whose provider fails says so, the others answer
         view = _view(client, url, "t3")
         assert T3_ONLY in _bm25_ids(view) and 'id="mode-dense"' in view
 
 
-def test_health_without_alerts_and_the_gate_ledger_seam(console: str, world: World) -> None:
+def test_health_shows_which_configuration_the_gate_ledger_certifies(console: str, world: World) -> None:
+    """The gate ledger: which configuration serves readers, the row (when, by whom, which run)
+    that certifies it, and the newest rows."""
     client = _logged_in(console, world)
     page = client.get(f"{console}/health").text
     assert "No alerts (status --check exits 0)" in page
     assert "No worker has run" in page
-    has_ledger = world.gk._scalar("select to_regprocedure('groundkit.deployment_status()') is not null as ok", {})
-    assert ("the gate ledger: not available in this version" in page) is not has_ledger
+    gate = page.split('id="gate"', 1)[1].split("</section>", 1)[0]
+    status = deployment.serving_status(world.gk)
+    assert status is not None and status.certified
+    assert f"certified by ledger row\n     <strong>{world.certified}</strong> (gate, " in gate
+    assert status.config_hash[:16] in gate and "tests.governance_helpers.certify" in gate
+    assert f"<code>{status.config['schema_revision']}</code>" in gate
 
 
 def test_spend_page_has_cost_per_flow_model_and_day(console: str, world: World) -> None:
@@ -330,7 +303,13 @@ def test_runs_list_open_diff_and_verify(console: str, world: World) -> None:
     assert client.get(f"{console}/runs/00000000-0000-0000-0000-000000000000").status_code == 404
     assert client.get(f"{console}/runs/not-a-uuid").status_code == 400
     verify = client.get(f"{console}/runs/verify").text
-    assert "not available in this version" in verify or "entries" in verify
+    assert ">intact<" in verify and "entries" in verify
+    with psycopg.connect(world.dsn, autocommit=True) as conn:  # the owner, every trigger off: a forged hit
+        conn.execute("set session_replication_role = replica")
+        conn.execute("update groundkit.run_searches set hits = jsonb_set(hits, '{0,object_version}', '7')"
+                     " where run_id = %s and search_no = 1", (b,))
+    verify = client.get(f"{console}/runs/verify").text
+    assert ">broken<" in verify and f"(search:{b}/1): the row was changed after it was chained" in verify
 
 
 def test_nothing_from_the_database_is_markup_on_any_page(console: str, world: World) -> None:

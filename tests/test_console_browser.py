@@ -168,13 +168,15 @@ def test_a_form_without_its_csrf_token_is_refused(browser: Any, console: str, wo
 
 
 def test_explain_names_the_tier_clause(visit: Visit, world: World) -> None:
-    if not world.gk._scalar("select to_regprocedure('groundkit.explain_visibility(text, text)') is not null", {}):
-        pytest.skip("groundkit.explain_visibility is not in this version (issue 53 brings it); "
-                    "test_console.py checks the panel against its interface and says 'not available' here")
     visit.view("t0", obj=T3_ONLY)
     panel = visit.page.locator("#explain")
     assert "cannot see" in panel.inner_text()
-    assert visit.page.locator("#explain .decides").first.inner_text() == "object tier"
+    assert visit.page.locator("#explain strong.decides").inner_text() == "object tier"
+    assert visit.page.locator("#explain tr.decides td").first.inner_text() == "object tier"
+    visit.page.locator("#mode-bm25 li.hit[data-object-id='open-kiln'] a.why").click()  # from a hit, for t0
+    visit.page.wait_for_selector("#explain")
+    assert visit.page.locator("#explain strong.decides").inner_text() == "predicate"
+    assert "can see" in visit.page.locator("#explain h2").inner_text()
 
 
 def test_every_page_at_a_phone_width_without_javascript(browser: Any, console: str, world: World) -> None:

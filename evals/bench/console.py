@@ -39,7 +39,7 @@ from evals.bench.corpus import Corpus, Obj
 from evals.bench.http import free_port
 from evals.bench.ingest import bulk_load
 from groundkit import Groundkit, tokens
-from groundkit.console import optional, queries
+from groundkit.console import queries
 from groundkit.health import Thresholds
 
 FLOWS = ("home", "tutor", "authoring", "conversational")
@@ -167,8 +167,8 @@ def pages(ids: dict[str, str], query: str, object_id: str) -> list[tuple[str, st
         ("view as r100 (sees ~98 %)", f"/view?member=r100&q={q}&k=10&object=", view("r100")),
         ("view as r5 (sees ~5 %)", f"/view?member=r5&q={q}&k=10&object=", view("r5")),
         ("view + explain", f"/view?member=r5&q={q}&k=10&object={object_id}",
-         lambda gk: (view("r5")(gk), optional.explain(gk, "r5", object_id))),
-        ("health", "/health", lambda gk: (queries.health(gk, thresholds, ()), optional.gate_ledger(gk))),
+         lambda gk: (view("r5")(gk), queries.explain(gk, "r5", object_id, query))),
+        ("health", "/health", lambda gk: (queries.health(gk, thresholds, ()), queries.gate_ledger(gk))),
         ("spend, 30 days", "/spend?since=30d", lambda gk: queries.spend(gk, since30)),
         ("spend, all time", "/spend?since=all", lambda gk: queries.spend(gk, None)),
         ("quality", "/quality", queries.quality),
@@ -176,6 +176,7 @@ def pages(ids: dict[str, str], query: str, object_id: str) -> list[tuple[str, st
         ("one run", f"/runs/{ids['run_a']}", lambda gk: queries.replay(gk, ids["run_a"])),
         ("diff of two runs", f"/runs/diff?a={ids['run_a']}&b={ids['run_b']}",
          lambda gk: queries.diff(gk, ids["run_a"], ids["run_b"])),
+        ("verify the audit chain", "/runs/verify", queries.verify_chain),
     ]
 
 

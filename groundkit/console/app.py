@@ -25,7 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from groundkit.console import optional, queries
+from groundkit.console import queries
 from groundkit.console.auth import LOGIN_COOKIE, SESSION_COOKIE, Session, Sessions, check_same_site
 from groundkit.console.reads import ConsoleReads
 from groundkit.console.render import Renderer
@@ -38,6 +38,7 @@ from groundkit.errors import (
     MigrationError,
     UnknownRun,
 )
+from groundkit.explain import VisibilityExplanation
 from groundkit.models import MAX_QUERY_CHARS
 from groundkit.serve.inputs import parse_params
 from groundkit.tokens import token_hash
@@ -295,13 +296,13 @@ class Console:
         member, query, object_id = params.member.strip(), params.q.strip(), params.object.strip()
         members = await self.reads.members()
         view: queries.MemberView | None = None
-        explained: optional.Explanation | optional.Unavailable | None = None
+        explained: VisibilityExplanation | queries.Unreadable | None = None
         if member and query:
             log.info("operator %s viewed search results as member %s", session.operator, member)
             view = await self.reads.view_as_member(member, query, params.k)
         if member and object_id:
             log.info("operator %s asked why member %s may or may not see %s", session.operator, member, object_id)
-            explained = await self.reads.explain(member, object_id)
+            explained = await self.reads.explain(member, object_id, query or None)
         return self._page(request, "view.html", session, params=params, members=members, view=view,
                           explained=explained)
 

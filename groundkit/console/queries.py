@@ -1,10 +1,10 @@
 """What each console page reads, as plain blocking calls on one :class:`~groundkit.Groundkit`.
 
 Every function here is a call of the library or the SQL API that a CLI command makes too
-(``search``, ``status``, ``costs``, ``runs``): the console adds no way around the permission
-predicate. :mod:`groundkit.console.reads` runs these off the event loop; a part of a page the
-console's database role may not read comes back as :class:`Unreadable` instead of failing the
-page.
+(``search``, ``explain``, ``status``, ``costs``, ``runs``, ``audit verify``): the console adds no
+way around the permission predicate and no second implementation of anything.
+:mod:`groundkit.console.reads` runs these off the event loop; a part of a page the console's
+database role may not read comes back as :class:`Unreadable` instead of failing the page.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
-from groundkit import embedding
+from groundkit import audit, deployment, embedding
+from groundkit import explain as explaining
 from groundkit.client import Groundkit
+from groundkit.deployment import DeploymentStatus, LedgerRow
 from groundkit.errors import DatabaseBusy, DatabaseUnavailable, GroundkitError, MigrationError
+from groundkit.explain import VisibilityExplanation
 from groundkit.health import HealthReport, Thresholds, health_report
 from groundkit.metering import CostBy, CostRow, cost_summary
 from groundkit.models import Replay, RunDiffRow, RunHeader, RunSummary, SearchHit, SearchMode
@@ -31,6 +34,7 @@ _T = TypeVar("_T")
 MODES: tuple[SearchMode, ...] = ("bm25", "dense", "hybrid")
 MEMBER_CHOICES = 200  # members offered in the picker
 BACKLOG_DAYS = 7
+LEDGER_ROWS = 20  # the gate ledger's newest rows on Health
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,14 @@ def view_as_member(gk: Groundkit, member: str, query: str, k: int) -> MemberView
     return MemberView(member, authority, grants, auto, modes)
 
 
+def explain(gk: Groundkit, member: str, object_id: str, query: str | None) -> VisibilityExplanation:
+    """``groundkit explain MEMBER OBJECT [--query Q]``: each clause of the predicate for the pair
+    and the one that decides (``groundkit.explain_visibility``, the owner's and the auditor's);
+    with ``query``, which of its terms each chunk holds and where each ranks in the member's own
+    search (rolled back: nothing sampled)."""
+    return explaining.explain(gk, member, object_id, query or None)
+
+
 # -- Health ---------------------------------------------------------------------------------
 
 
@@ -204,6 +216,24 @@ def health(gk: Groundkit, thresholds: Thresholds, replica_dsns: Sequence[str]) -
     return HealthPage(status(gk, thresholds, replica_dsns), attempt(lambda: backlog_series(gk)))
 
 
+@dataclass(frozen=True)
+class GateLedger:
+    """Which configuration serves readers and whether (by which ledger row, when, by whom) a
+    passing gate certifies it; None when the database has no ledger. Then the newest rows."""
+
+    deployment: DeploymentStatus | None
+    rows: tuple[LedgerRow, ...]
+
+
+def gate_ledger(gk: Groundkit, limit: int = LEDGER_ROWS) -> GateLedger:
+    """``groundkit audit ledger``'s newest rows and ``deployment_status()`` (every role may ask
+    the latter; the rows are the auditor's and the owner's)."""
+    status = deployment.serving_status(gk)
+    if status is None:
+        return GateLedger(None, ())
+    return GateLedger(status, tuple(deployment.ledger(gk.conn, limit)))
+
+
 # -- Spend ----------------------------------------------------------------------------------
 
 
@@ -244,9 +274,9 @@ class QualityPage:
 
 
 def quality(gk: Groundkit) -> QualityPage | Unreadable:
-    """The stored ``groundkit eval quality`` results (revision 0026)."""
+    """The stored ``groundkit eval quality`` results (revision 0031)."""
     if not quality_results.has_results_table(gk):
-        return Unreadable("this database has no stored quality results (revision 0026: groundkit migrate)")
+        return Unreadable("this database has no stored quality results (revision 0031: groundkit migrate)")
     return QualityPage(tuple(quality_results.latest_results(gk)), tuple(quality_results.collection_history(gk)),
                        tuple(quality_results.label_history(gk)))
 
@@ -285,3 +315,8 @@ class RunDiff:
 def diff(gk: Groundkit, run_a: str, run_b: str) -> RunDiff:
     """``groundkit runs diff``, with both runs' headers."""
     return RunDiff(run_header(gk, run_a), run_header(gk, run_b), tuple(gk.diff_runs(run_a, run_b)))
+
+
+def verify_chain(gk: Groundkit) -> audit.ChainReport:
+    """``groundkit audit verify``: the audit chain recomputed from its entries and today's rows."""
+    return audit.verify_chain(gk)

@@ -27,9 +27,11 @@ from psycopg.rows import dict_row
 
 from groundkit import dsn as groundkit_dsn
 from groundkit import tokens
+from groundkit.audit import ChainReport
 from groundkit.client import Groundkit
-from groundkit.console import optional, queries
+from groundkit.console import queries
 from groundkit.errors import DatabaseBusy, GroundkitError, from_psycopg
+from groundkit.explain import VisibilityExplanation
 from groundkit.health import HealthReport, Thresholds
 from groundkit.metering import CostBy, CostRow
 from groundkit.models import Replay, RunSummary
@@ -40,7 +42,7 @@ _R = TypeVar("_R")
 _PgConn = psycopg.Connection[dict[str, Any]]
 
 POOL_SIZE = 4
-Ledger = optional.GateLedger | optional.Unavailable | queries.Unreadable
+Ledger = queries.GateLedger | queries.Unreadable
 
 
 def _read_only(statement_timeout: float, lock_timeout: float) -> Callable[[_PgConn], None]:
@@ -125,8 +127,9 @@ class ConsoleReads:
     async def view_as_member(self, member: str, query: str, k: int) -> queries.MemberView:
         return await self._call(lambda gk: queries.view_as_member(gk, member, query, k))
 
-    async def explain(self, member: str, object_id: str) -> optional.Explanation | optional.Unavailable:
-        return await self._call(lambda gk: optional.explain(gk, member, object_id))
+    async def explain(self, member: str, object_id: str,
+                      query: str | None) -> VisibilityExplanation | queries.Unreadable:
+        return await self._call(lambda gk: queries.attempt(lambda: queries.explain(gk, member, object_id, query)))
 
     async def health(self) -> tuple[queries.HealthPage, Ledger]:
         """Status's report, the embedding backlog over time and the gate ledger, side by side on
@@ -142,7 +145,7 @@ class ConsoleReads:
             backlog.append(await self._call(lambda gk: queries.attempt(lambda: queries.backlog_series(gk))))
 
         async def read_ledger() -> None:
-            ledger.append(await self._call(lambda gk: queries.attempt(lambda: optional.gate_ledger(gk))))
+            ledger.append(await self._call(lambda gk: queries.attempt(lambda: queries.gate_ledger(gk))))
 
         async with anyio.create_task_group() as group:
             for read in (read_report, read_backlog, read_ledger):
@@ -180,8 +183,8 @@ class ConsoleReads:
     async def diff(self, run_a: str, run_b: str) -> queries.RunDiff:
         return await self._call(lambda gk: queries.diff(gk, run_a, run_b))
 
-    async def verify_chain(self) -> optional.ChainCheck | optional.Unavailable:
-        return await self._call(optional.verify_chain)
+    async def verify_chain(self) -> ChainReport | queries.Unreadable:
+        return await self._call(lambda gk: queries.attempt(lambda: queries.verify_chain(gk)))
 
     async def revision(self) -> str | None:
         """The database's schema revision (the footer), None when it cannot be read."""

@@ -15,7 +15,6 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from markupsafe import Markup
 
 from groundkit.cli.citations import where
-from groundkit.console.optional import Unavailable
 from groundkit.console.queries import Unreadable
 
 
@@ -102,8 +101,7 @@ class Renderer:
                                 bar=bar, seconds=seconds_text)
         self.env.globals.update(peak=peak, base=base, time_rows=time_rows, where=where, spend_charts=spend_charts,
                                 quality_chart=quality_chart)
-        self.env.tests.update(unreadable=lambda v: isinstance(v, Unreadable),
-                              unavailable=lambda v: isinstance(v, Unavailable))
+        self.env.tests.update(unreadable=lambda v: isinstance(v, Unreadable))
 
     def page(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
