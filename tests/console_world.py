@@ -13,10 +13,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import httpx
+import psycopg
 import pytest
+from psycopg.rows import dict_row
 
-from groundkit import Groundkit, tokens
+from groundkit import Groundkit, deployment, tokens
 from groundkit.console import ConsoleReads, create_app
+from groundkit.gate.runner import SECTIONS
 from groundkit.health import Thresholds
 from groundkit.metering import meter
 from groundkit.prices import parse_price_table
@@ -24,7 +27,6 @@ from groundkit.quality.harness import QualityRow
 from groundkit.quality.results import store_collection_results, store_label_results
 from groundkit.quality.samples import RankScore
 from groundkit.serve.background import serving
-from tests.governance_helpers import certify
 
 # An injection attempt in every free-text field a page shows: a script, an attribute breakout
 # with an image whose onerror would run, and a forged highlight.
@@ -52,6 +54,16 @@ class World:
     console_token: str
     member_token: str
     run_ids: tuple[str, str, str]  # the same query twice (a post entered between), then an injection
+
+
+def certify(dsn: str) -> int:
+    """A certified gate ledger row for the database's configuration (as tests/governance_helpers
+    writes one), its operator, command and reason holding the injection attempt."""
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        return deployment.record(conn, {
+            "operator": f"ci {BREAKOUT}", "kind": "gate", "command": f"groundkit eval gate {SCRIPT}",
+            "verdict": "certified", "config": deployment.serving_configuration(conn), "sections_run": list(SECTIONS),
+            "passed": True, "checks": 1, "failed": 0, "reason": f"test fixture {FORGED}"})
 
 
 def build_world(gk: Groundkit, dsn: str) -> World:

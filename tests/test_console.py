@@ -245,7 +245,7 @@ def test_health_shows_which_configuration_the_gate_ledger_certifies(console: str
     status = deployment.serving_status(world.gk)
     assert status is not None and status.certified
     assert f"certified by ledger row\n     <strong>{world.certified}</strong> (gate, " in gate
-    assert status.config_hash[:16] in gate and "tests.governance_helpers.certify" in gate
+    assert status.config_hash[:16] in gate and str(escape(f"by ci {BREAKOUT}")) in gate
     assert f"<code>{status.config['schema_revision']}</code>" in gate
 
 
@@ -318,6 +318,8 @@ def test_nothing_from_the_database_is_markup_on_any_page(console: str, world: Wo
     pages += [client.get(console + p).text for p in ("/health", "/spend", "/quality", "/runs",
                                                      f"/runs/{world.run_ids[2]}")]
     pages.append(client.get(f"{console}/runs/diff", params={"a": world.run_ids[0], "b": world.run_ids[2]}).text)
+    pages.append(_client().get(f"{console}/login", params={"next": f"/{BREAKOUT}{SCRIPT}"}).text)
+    pages.append(client.get(f"{console}/runs/{BREAKOUT}").text)
     for page in pages:
         assert SCRIPT not in page and BREAKOUT not in page and FORGED not in page
         assert "<img" not in page and "<script>" not in page
@@ -326,6 +328,8 @@ def test_nothing_from_the_database_is_markup_on_any_page(console: str, world: Wo
     assert view.count("<mark>") >= 1 and "<mark>forged" not in view
     assert str(escape(SCRIPT)) in pages[5] and str(escape(f"m-{SCRIPT}")) in pages[2]
     assert str(escape("scifact " + SCRIPT)) in pages[3] and str(escape(BREAKOUT)) in pages[3]
+    assert str(escape(f"groundkit eval gate {SCRIPT}")) in pages[1] and str(escape(FORGED)) in pages[1]
+    assert str(escape(f"/{BREAKOUT}{SCRIPT}")) in pages[7]
 
 
 def test_console_logs_who_viewed_as_whom(console: str, world: World, caplog: pytest.LogCaptureFixture) -> None:

@@ -15,13 +15,14 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import pytest
 
 from groundkit.console import ConsoleReads, create_app
 from groundkit.health import Thresholds
 from groundkit.serve.background import serving
-from tests.console_world import FORGED, PAYLOAD, QUERY, T3_ONLY, XSS_OBJECT, World, console, world
+from tests.console_world import BREAKOUT, FORGED, PAYLOAD, QUERY, SCRIPT, T3_ONLY, XSS_OBJECT, World, console, world
 
 __all__ = ["console", "world"]  # (fixtures)
 
@@ -213,15 +214,18 @@ def test_charts_are_drawn_under_the_csp_and_every_page_is_shot(visit: Visit, dsn
             visit.page.wait_for_selector("figure.chart canvas")
             assert visit.page.locator("figure.chart details.numbers[open]").count() == 0  # the chart replaced them
         visit.shoot(f"desktop-{name}")
-    visit.go(f"/runs/{world.run_ids[0]}")
-    visit.shoot("desktop-run")
+    a, b, _ = world.run_ids
+    for name, path in (("run", f"/runs/{a}"), ("diff", f"/runs/diff?a={a}&b={b}"), ("verify", "/runs/verify")):
+        visit.go(path)
+        visit.shoot(f"desktop-{name}")
     assert visit.errors == [], visit.errors  # uPlot and console.js run under script-src 'self'
 
 
 def test_injected_markup_renders_as_text_on_every_page(visit: Visit, world: World) -> None:
     paths = [PAGES["view"].replace("object=t3-kiln", f"object={XSS_OBJECT}"), "/health", "/spend?since=30d",
              "/quality", "/runs", f"/runs/{world.run_ids[2]}",
-             f"/runs/diff?a={world.run_ids[0]}&b={world.run_ids[2]}", f"/runs/{world.run_ids[0]}"]
+             f"/runs/diff?a={world.run_ids[0]}&b={world.run_ids[2]}", f"/runs/{world.run_ids[0]}", "/runs/verify",
+             "/runs/" + quote(BREAKOUT), "/login?" + urlencode({"next": f"/{BREAKOUT}{SCRIPT}"})]
     for path in paths:
         visit.go(path)
         visit.page.wait_for_load_state("load")
@@ -229,6 +233,8 @@ def test_injected_markup_renders_as_text_on_every_page(visit: Visit, world: Worl
         assert visit.page.locator("img").count() == 0, path
         assert visit.page.locator("mark", has_text="forged").count() == 0, path
         assert visit.page.locator("script:not([src])").count() == 0, path
+    visit.go("/health")
+    assert visit.page.locator("#gate").inner_text().count(BREAKOUT) == 2  # the ledger's operator, as text
     visit.go(paths[0])
     title = visit.page.locator(f"#mode-bm25 li.hit[data-object-id='{XSS_OBJECT}'] .title")
     assert title.inner_text() == PAYLOAD  # shown as the text it is
