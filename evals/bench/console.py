@@ -19,7 +19,7 @@ template.
 
 ``--screenshots DIR`` also saves a screenshot of each page in Chromium (Playwright, as the tests
 drive it; ``GK_CHROMIUM`` or /usr/bin/chromium), as small palette PNGs: docs/console.md's come
-from ``python -m evals.bench console --chunks 20000 --runs 3 --screenshots docs/console``.
+from ``python -m evals.bench console --screenshots docs/console`` (100,000 chunks).
 """
 
 from __future__ import annotations
@@ -180,7 +180,24 @@ def pages(ids: dict[str, str], query: str, object_id: str) -> list[tuple[str, st
     ]
 
 
-SHOTS = {"view": "/view?member=r100&q={q}&k=5&object={obj}", "health": "/health", "spend": "/spend?since=90d",
+def health_parts(gk: Groundkit) -> list[tuple[str, Callable[[Groundkit], object]]]:
+    """Each read the Health page makes, apart (what the page waits for is the slowest of its three
+    concurrent reads: status's report, the backlog, the gate ledger)."""
+    from groundkit import deployment, embedding, replicas
+
+    return [
+        ("index_status", lambda gk: gk.index_status()), ("due", lambda gk: gk.due()),
+        ("workers", lambda gk: gk.workers()), ("outdated_chunks", lambda gk: gk.outdated_chunks()),
+        ("embedding.lag", lambda gk: embedding.lag(gk)),
+        ("replication_status", lambda gk: replicas.replication_status(gk, ())),
+        ("deployment.serving_status", lambda gk: deployment.serving_status(gk)),
+        ("embedding_backlog, 7 days hourly", lambda gk: queries.backlog_series(gk)),
+        ("gate ledger rows", lambda gk: queries.gate_ledger(gk)),
+    ]
+
+
+SHOTS = {"view": "/view?member=r100&q={q}&k=5&object={obj}",
+         "explain": "/view?member=r5&q={q}&k=5&object={obj}#explain", "health": "/health", "spend": "/spend?since=90d",
          "quality": "/quality", "runs": "/runs", "run": "/runs/{run}", "diff": "/runs/diff?a={run}&b={run_b}"}
 
 
@@ -255,6 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     page_ms = time_page(client, url + path, args.runs)
                     read_ms = time_reads(gk, read, args.runs)
                     rows.append((label, page_ms, read_ms))
+                log("Health's parts")
+                parts = [(name, time_reads(gk, read, max(5, args.runs // 3))) for name, read in health_parts(gk)]
             if args.screenshots:
                 screenshots(url, ids["token"], args.screenshots,
                             {"q": query.replace(" ", "+"), "obj": sample[0].object_id, "run": ids["run_a"],
@@ -270,6 +289,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for label, page_ms, read_ms in rows:
         print(f"| {label} | {pct(page_ms, 50):.1f} | {pct(page_ms, 95):.1f} | {max(page_ms):.1f} "
               f"| {statistics.median(read_ms):.1f} |")
+    print("\nHealth's reads apart, on one connection:\n\n| read | p50 ms |\n|---|---|")
+    for name, ms in parts:
+        print(f"| {name} | {statistics.median(ms):.1f} |")
     return 0
 
 
