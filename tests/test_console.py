@@ -368,3 +368,6 @@ def test_console_as_an_auditor_and_reader_login(server_dsn: str, dsn: str, world
             assert "may not read this" in client.get(f"{url}/health").text
             assert ">tutor<" in client.get(f"{url}/spend").text
             assert world.run_ids[0] in client.get(f"{url}/runs").text
+            assert re.search(r'class="decides">object tier<', _view(client, url, "t0", obj=T3_ONLY))
+            assert "certified</span>" in client.get(f"{url}/health").text
+            assert ">intact<" in client.get(f"{url}/runs/verify").text
