@@ -1,7 +1,7 @@
 """The operator console: its login tokens, and the stored results of ``groundkit eval quality``.
 
 Revision ID: 0031
-Revises: 0027 (for now: 0030 once search modes, 0028..0030, are merged)
+Revises: 0030
 Create Date: 2026-12-06
 
 - ``console_tokens``: operator tokens for ``groundkit serve console`` (``groundkit tokens create
@@ -19,8 +19,8 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0031"
-# Follows 0027 until the three revisions merged before it (0028..0030) land; then "0030".
-down_revision = "0027"
+# After 0028..0030 (three branches the lead merges before this one; tested on 0027 until then).
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 
