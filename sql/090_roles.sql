@@ -315,6 +315,28 @@ begin
 end
 $replicas$;
 
+-- The operator console (sql/081_console.sql, docs/console.md): its tokens are made and revoked
+-- by the owner alone; the console's login (an auditor's, or the owner's) maps a token to its
+-- operator, reads the embedding backlog over time and the stored quality results.
+do $console$
+begin
+    alter function groundkit.create_console_token(text, bytea, timestamptz)
+        security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.revoke_console_tokens(text) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.console_operator(bytea) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.embedding_backlog(text, timestamptz, interval)
+        security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function
+            groundkit.console_operator(bytea),
+            groundkit.embedding_backlog(text, timestamptz, interval)
+        to groundkit_auditor;
+        grant select on groundkit.quality_results to groundkit_auditor;
+    end if;
+end
+$console$;
+
 -- The outbound gate (sql/083_outbound.sql, docs/outbound.md): a reader's session reads the
 -- policy, decides its own calls (objects only as that reader may see them) and records them; the
 -- writer also decides the embedding job's batches (by text hash), names members for the scrubber
