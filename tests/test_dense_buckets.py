@@ -17,7 +17,6 @@ from typing import Any
 import psycopg
 import pytest
 
-import groundkit
 from groundkit import Groundkit
 from groundkit.dense import build_hnsw_indexes
 from groundkit.gate.dense_double import DIMENSION, embed, embed_pending, vector_literal
@@ -294,6 +293,20 @@ def test_entries_follow_writes_moves_and_rebuild(dense: Groundkit) -> None:
     assert dense.conn.execute("select groundkit.state_checksum() as c").fetchone() == before
 
 
+def _upgrade_to(dsn: str, revision: str) -> None:
+    """Alembic's upgrade to ``revision``, on the connection groundkit.migrate would use."""
+    import importlib
+
+    from alembic import command
+
+    migrate_module = importlib.import_module("groundkit.migrate")  # (the package's `migrate` is the function)
+    cfg = migrate_module._alembic_config()
+    with migrate_module._engine_connection(dsn) as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+        conn.commit()
+
+
 def test_revision_0028_files_the_existing_chunks_in_their_buckets(dense: Groundkit, dsn: str) -> None:
     """A database that revision 0027 left with embedded chunks (shared tiers, a private space, an
     owner-only note) and the old HNSW index over every embedding: the upgrade files one entry per
@@ -310,7 +323,7 @@ def test_revision_0028_files_the_existing_chunks_in_their_buckets(dense: Groundk
         owner.execute("drop table groundkit.dense_entries, groundkit.dense_recheck")
         owner.execute("create index embeddings_hnsw_0123456789abcdef on groundkit.embeddings (model)")
         owner.execute("update groundkit.alembic_version set version_num = '0027'")
-    groundkit.migrate(dsn, gate=False)
+    _upgrade_to(dsn, "0028")  # (this revision alone: later ones' tables are still there)
     assert dense.conn.execute(entries).fetchall() == filed
     assert out_of_step(dense) == []
     assert dense.conn.execute("select count(*) as n from pg_indexes where schemaname = 'groundkit'"
