@@ -1,5 +1,7 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
+from groundkit._version import __version__ as __version__
+from groundkit.aio import AsyncGroundkit
 from groundkit.client import Groundkit, connect, resolve_dsn
 from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
@@ -55,11 +57,10 @@ from groundkit.models import (
 )
 from groundkit.replicas import FencedPool, connect_pool
 
-__version__ = "0.1.0"
-
 __all__ = [
     "AnalysisState",
     "AssembledContext",
+    "AsyncGroundkit",
     "AuditFailure",
     "Citation",
     "ConfigError",

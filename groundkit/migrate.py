@@ -62,7 +62,7 @@ RECORD_VERSION_SQL = "select groundkit._record_installed(%s)"
 
 def installed_version() -> str:
     """This groundkit's version, as migrate records it."""
-    from groundkit import __version__
+    from groundkit._version import __version__
 
     return __version__
 

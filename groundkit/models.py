@@ -217,7 +217,7 @@ class OutdatedChunks(_Frozen):
 class AnalysisState(_Frozen):
     """For one language the index holds (:meth:`groundkit.Groundkit.analysis_status`): the analysis
     its chunks were made with (``built_*``, recorded by the last rebuild, or by the migrate of an
-    empty database; ``built_digest`` is ``None`` before revision 0028) against the analysis
+    empty database; ``built_digest`` is ``None`` before revision 0030) against the analysis
     now: this groundkit's version and this server's digest of the language's configuration on
     probe words. ``current`` false: stored lexemes and a query's may differ; ``groundkit
     rebuild`` analyzes everything again (docs/bm25/analysis.md)."""
@@ -310,14 +310,15 @@ class Due(_Frozen):
     reason: str
 
 
-StepName = Literal["reindex", "merge", "analyze", "vacuum", "embed", "hnsw"]
+StepName = Literal["reindex", "merge", "analyze", "vacuum", "embed", "dense", "hnsw"]
 
 
 class MaintenanceStep(_Frozen):
     """One step of a maintenance pass. ``count`` is what the step reports: postings rewritten
     (``reindex``, its vacuum of the postings included), postings merged (``merge``), lists
     sketched (``analyze``), tables vacuumed (``vacuum``), chunks embedded (``embed``, its
-    ``reason`` the model), HNSW indexes built (``hnsw``, the model)."""
+    ``reason`` the model), dense index entries merged into their buckets' HNSW indexes
+    (``dense``, the model), HNSW indexes built (``hnsw``, the model)."""
 
     name: StepName
     reason: str

@@ -163,6 +163,19 @@ as $$
                 else scope_rank::bigint end
 $$;
 
+-- A chunk's bucket (dense_entries.vis_key, docs/dense.md "Buckets") from its own row: its scope
+-- is NULL exactly for private spaces and owner-only objects, and the object's owner and space are
+-- fixed for the chunk's lifetime (a new version writes new chunks). So a chunk row locked FOR
+-- SHARE gives its bucket, whatever a concurrent put_space did to the space row.
+create or replace function groundkit._chunk_vis_key(owner_only boolean, owner_sub text, space_id text,
+                                                    stat_scope integer)
+returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select groundkit._vis_key(coalesce(owner_only, false), owner_sub, stat_scope is null, space_id, stat_scope)
+$$;
+
 -- A posting's stored impact (postings.imp, docs/bm25.md "Postings"): the BM25 term-frequency
 -- part (groundkit._tf_part, sql/035_bm25.sql) at the reference length avgdl_ref with
 -- groundkit.bm25_impact's parameters, as a real. The one definition of it for writes, merges, reindex_impacts() and state_checksum():
@@ -217,6 +230,7 @@ declare
     pend boolean;
     lo_id bigint;
     hi_id bigint;
+    old_chunk_ids bigint[] := '{}';
 begin
     select * into cfg from groundkit.config;
     pend := p_pending and not p_rebuilding and cfg.pending_merge_chunks > 0;
@@ -264,7 +278,12 @@ begin
         delete from groundkit.postings p
          using groundkit.chunks c, unnest(c.tsv) u
          where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
-        delete from groundkit.chunks c where c.object_id = any (p_ids);
+        -- The chunks first (their row locks: an embedding store filing one of them finishes
+        -- first, sql/086_dense.sql), then their entries in the dense index, which this
+        -- statement's snapshot now shows whoever filed them.
+        with d as (delete from groundkit.chunks c where c.object_id = any (p_ids) returning c.chunk_id)
+        select coalesce(array_agg(d.chunk_id), '{}') into old_chunk_ids from d;
+        delete from groundkit.dense_entries e where e.chunk_id = any (old_chunk_ids);
     end if;
 
     -- The postings' lock before the impact parameters are read: reindex_impacts() (SHARE) waits
@@ -386,6 +405,25 @@ begin
 
     if p_rebuilding then
         return;
+    end if;
+
+    -- The new chunks' entries in the dense index, for every model that has embedded their text
+    -- already (a re-tier, a move, an unchanged new version; docs/dense.md "Buckets"). Pending:
+    -- the worker puts them in their bucket's HNSW index (dense_merge_pending), so that no write
+    -- pays for HNSW inserts; searches read them meanwhile. A text being stored right now is
+    -- filed by the store, or checked again after this transaction (groundkit._dense_recheck).
+    if exists (select 1 from groundkit.embedding_models) then
+        insert into groundkit.dense_entries (chunk_id, model, vis_key, content_hash, embedding, pending)
+        select c.chunk_id, m.name, groundkit._chunk_vis_key(o.owner_only, o.owner_sub, o.space_id, c.stat_scope),
+               e.content_hash, e.embedding, true
+          from groundkit.chunks c
+          join groundkit.objects o on o.object_id = c.object_id
+         cross join groundkit.embedding_models m
+          join groundkit.embeddings e
+            on e.model = m.name
+           and e.content_hash = case m.recipe when 'text' then c.embed_hash_text else c.embed_hash_titled end
+         where c.object_id = any (p_ids)
+        on conflict (chunk_id, model) do nothing;
     end if;
 
     -- The net change to the statistics, as one statement ordered by key: two writers lock

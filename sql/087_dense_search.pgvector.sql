@@ -17,7 +17,7 @@ select pg_catalog.set_config('groundkit.migrate_search_path', pg_catalog.current
 select pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(groundkit._vector_schema()) || ', pg_catalog, pg_temp', true);
 
--- (the signatures before the query's filter, revision 0028: docs/bm25/analysis.md)
+-- (the signatures before the query's filter, revision 0030: docs/bm25/analysis.md)
 drop function if exists groundkit._search_dense_ids(text, vector, integer, text[], text[], boolean);
 drop function if exists groundkit.search_dense(text, vector, integer, text[], text[], boolean);
 
@@ -59,12 +59,14 @@ $$;
 -- embedding, each with its score, ties broken by object id and chunk seq. Scores are search's:
 -- never negative, higher nearer. Cosine: (1 + cosine similarity) / 2 = 1 - distance / 2, in
 -- [0, 1]; l2: 1 / (1 + distance), in (0, 1]; inner product: its logistic sigmoid, in (0, 1).
--- Each is monotone in the distance, so the order is the distance's. Exact whenever the reader's visible set
--- is small, the model has no valid HNSW index, or `exact` asks; otherwise an iterative HNSW
--- scan (pgvector 0.8), finished by the exact scan when it yields fewer than k visible rows.
--- The permission predicate (_visible_space, _visible_object, as BM25's) is inside each query, and
--- so is the query's filter (p_filter: its phrases and exclusions, groundkit._query_filter; null:
--- none), checked with it: k rows whenever k visible chunks match.
+-- Each is monotone in the distance, so the order is the distance's. Exact whenever the reader's
+-- visible set is small or `exact` asks; otherwise a scan of the dense index's entries in the
+-- reader's buckets alone (docs/dense.md, "Buckets"): an iterative HNSW scan (pgvector 0.8) of
+-- each bucket whose index is built, every entry of the others, merged; finished by the exact
+-- scan when they yield fewer than k visible rows. The permission predicate (_visible_space,
+-- _visible_object, as BM25's) is inside each query, and so is the query's filter (p_filter: its
+-- phrases and exclusions, groundkit._query_filter; null: none), checked with it: k rows whenever
+-- k visible chunks match.
 create or replace function groundkit._search_dense_ids(
     reader_sub text,
     query_embedding vector,
@@ -80,6 +82,10 @@ set search_path = pg_catalog, pg_temp
 set hnsw.iterative_scan = 'relaxed_order'
 set hnsw.ef_search = 100
 set hnsw.max_scan_tuples = 20000
+-- Its statements' generic plans (cached from a session's sixth call) cannot see which buckets
+-- or which model they read, and read dense_entries whole to learn that a bucket is empty (77 ms
+-- at 30,000 entries); custom plans cost a fraction of a millisecond to make here.
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
@@ -94,6 +100,14 @@ declare
     score_expr text;
     visible bigint;
     use_index boolean;
+    large bigint[];
+    buckets bigint[];
+    indexed bigint[];
+    light bigint[];
+    heavy text;
+    whole bigint[];
+    branch text;
+    parts text[];
     ids bigint[];
     scores double precision[];
 begin
@@ -107,7 +121,7 @@ begin
     col := groundkit._recipe_column(m.recipe);
     op := case m.distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
     vec := format('%I.vector(%s)', vs, m.dimension);
-    -- the expression of the model's HNSW index (groundkit.dense.build_hnsw_index), to the letter
+    -- the expression of the buckets' HNSW indexes (groundkit.dense.build_hnsw_indexes), to the letter
     dist := format('(e.embedding::%s) operator(%I.%s) $1', vec, vs, op);
     -- (z.d is the distance; <#> is the negative inner product, and exp's argument is capped so
     -- that a huge distance gives 0, not an overflow error)
@@ -116,15 +130,17 @@ begin
         when 'l2' then '1 / (1 + z.d)'
         else '1 / (1 + exp(least(z.d, 700)))' end;
 
-    use_index := not coalesce(exact, false)
-        and coalesce((select i.indisvalid from pg_catalog.pg_index i
-                       where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name))), false);
+    use_index := not coalesce(exact, false);
     if use_index then
         -- The reader's visible set, as its buckets count it: the shared chunks of the scopes up
         -- to its rank (scope_stats, kept with every write; private spaces and owner-only notes
         -- are not counted there, and are taken to be few). A filter may narrow a large set: then
         -- it is counted, up to the cross-over.
-        select coalesce(sum(s.n_chunks), 0) into visible from groundkit.scope_stats s where s.scope <= v_rank;
+        select coalesce(sum(s.n), 0),
+               coalesce(array_agg(s.scope::bigint) filter (where s.n >= groundkit._hnsw_min_entries()), '{}')
+          into visible, large
+          from (select s.scope, sum(s.n_chunks) as n
+                  from groundkit.scope_stats s where s.scope <= v_rank group by s.scope) s;
         if (content_types is not null or space_ids is not null) and visible > groundkit._dense_exact_max() then
             select count(*) into visible
               from (select 1
@@ -141,25 +157,86 @@ begin
     end if;
 
     if use_index then
+        -- Only the reader's buckets are read, so the work depends on what the reader may see,
+        -- never on invisible chunks near the query. A bucket whose HNSW index is built gets a
+        -- scan of its own (the predicate `vis_key = <bucket>` is the partial index's, so the
+        -- planner can use it); the others are read whole, together (each is small: its index
+        -- is due at _hnsw_min_entries()).
+        buckets := groundkit._reader_buckets(v_rank, v_member);
+        select coalesce(array_agg(b.bucket order by b.bucket) filter (where b.valid), '{}'),
+               coalesce(array_agg(b.bucket order by b.bucket) filter (where not b.valid), '{}')
+          into indexed, whole
+          from (select u.bucket, coalesce(x.indisvalid, false) as valid
+                  from unnest(buckets) as u(bucket)
+                  left join pg_catalog.pg_class c
+                    on c.relname = groundkit._hnsw_index_name(m.name, u.bucket)
+                   and c.relnamespace = 'groundkit'::regnamespace
+                  left join pg_catalog.pg_index x on x.indexrelid = c.oid) b;
+        -- A large shared bucket whose index is not built yet (a new model, or just after the
+        -- upgrade to revision 0028, until the worker builds it) would be read whole: the exact
+        -- scan answers meanwhile.
+        use_index := large <@ indexed;
+    end if;
+
+    if use_index then
         perform set_config('hnsw.ef_search', greatest(100, 2 * k)::text, true);
-        -- Relaxed order: the scan's rows come nearly sorted; the k nearest visible ones are
-        -- taken, then sorted exactly. The predicate is a join inside the scanned statement, so
-        -- the iterative scan goes on until k visible rows came (or max_scan_tuples).
-        execute format(
-            'select array_agg(z.chunk_id order by z.d, z.object_id, z.chunk_seq),
-                    array_agg(%s order by z.d, z.object_id, z.chunk_seq)
-               from (select c.chunk_id, c.object_id, c.chunk_seq, %s as d
-                       from groundkit.embeddings e
-                       join groundkit.chunks c on c.%I = e.content_hash
-                      cross join lateral groundkit._visible_chunk(c.chunk_id, $2, $3, $4, $5, $7) v
-                      where e.model = %L
-                      order by %s
-                      limit $6) z',
-            score_expr, dist, col, m.name, dist)
-           into ids, scores
-          using query_embedding, v_rank, v_member, content_types, space_ids, k, p_filter;
+        -- One branch per bucket with a valid index (relaxed order: its rows come nearly sorted),
+        -- one reading the other buckets whole, one reading the indexed buckets' pending entries;
+        -- each keeps its k nearest, the permission predicate is joined to every row they keep,
+        -- and the rows are sorted exactly.
+        --
+        -- A shared bucket of a rank up to the reader's holds only chunks the reader may see (its
+        -- rank is their scope: tier and minimum tier within the reader's rank, not private, not
+        -- owner-only, current), so without a filter its branch is the index scan alone (1 ms of
+        -- planning and execution against 7 for three such buckets, measured under load). The
+        -- others (a private space's bucket holds all its tiers; the reader's own notes; any
+        -- bucket under a content_types or space_ids filter or a query's phrases and exclusions)
+        -- join the predicate inside the scan, so an iterative scan goes on until k visible rows
+        -- came (or max_scan_tuples). Should the predicate drop a row the branches kept, fewer
+        -- than k come, and the exact scan answers.
+        light := case when content_types is null and space_ids is null and p_filter is null
+                      then array(select u.b from unnest(indexed) as u(b)
+                                  where u.b in (select t.rank from groundkit.tiers t where t.rank <= v_rank))
+                      else '{}' end;
+        branch := '(select e.chunk_id, ' || dist || ' as d
+                      from groundkit.dense_entries e<join>
+                     where e.model = ' || quote_literal(m.name) || ' and <bucket>
+                     order by ' || dist || '
+                     limit $6)';
+        heavy := replace(branch, '<join>',
+                         ' cross join lateral groundkit._visible_chunk(e.chunk_id, $2, $3, $4, $5, $9) v');
+        parts := array(select replace(replace(branch, '<join>', ''), '<bucket>',
+                                      'e.vis_key = ' || quote_literal(u.b::text) || '::bigint and not e.pending')
+                         from unnest(light) as u(b))
+                 || array(select replace(heavy, '<bucket>',
+                                         'e.vis_key = ' || quote_literal(u.b::text) || '::bigint and not e.pending')
+                            from unnest(indexed) as u(b) where u.b <> all (light));
+        -- (most readers' own-notes bucket is empty, and most of the time nothing is pending: no
+        -- branch to plan for them)
+        if exists (select 1 from groundkit.dense_entries e where e.model = m.name and e.vis_key = any (whole)) then
+            parts := parts || replace(heavy, '<bucket>', 'e.vis_key = any ($7)');
+        end if;
+        -- entries writers filed or moved into an indexed bucket, not merged into its index yet
+        if exists (select 1 from groundkit.dense_entries e
+                    where e.model = m.name and e.vis_key = any (indexed) and e.pending) then
+            parts := parts || replace(heavy, '<bucket>', 'e.vis_key = any ($8) and e.pending');
+        end if;
+        if cardinality(parts) > 0 then
+            execute format(
+                'select array_agg(z.chunk_id order by z.d, z.object_id, z.chunk_seq),
+                        array_agg(%s order by z.d, z.object_id, z.chunk_seq)
+                   from (select y.chunk_id, v.object_id, v.chunk_seq, y.d
+                           from (%s) y
+                          cross join lateral groundkit._visible_chunk(y.chunk_id, $2, $3, $4, $5, $9) v
+                          order by y.d, v.object_id, v.chunk_seq
+                          limit $6) z',
+                score_expr, array_to_string(parts, ' union all '))
+               into ids, scores
+              using query_embedding, v_rank, v_member, content_types, space_ids, k, whole, indexed, p_filter;
+        end if;
         if groundkit._debug_allowed() then
             raise debug 'groundkit dense: index scan, % of % rows', coalesce(cardinality(ids), 0), k;
+            raise debug 'groundkit dense buckets: % by HNSW, % read whole', cardinality(indexed), cardinality(whole);
         end if;
         if coalesce(cardinality(ids), 0) >= k then
             return query select u.id, u.score from unnest(ids, scores) as u(id, score);

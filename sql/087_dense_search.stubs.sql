@@ -2,7 +2,7 @@
 -- (PgvectorMissing). Replaceable; applied by migrate instead of 087_dense_search.pgvector.sql,
 -- whose signatures name pgvector's `vector` type. The query embedding is text here (an untyped
 -- literal such as '[0.1, 0.2]' finds these); a migrate after pgvector is installed drops them.
--- (the signature before the query's filter, revision 0028)
+-- (the signature before the query's filter, revision 0030)
 drop function if exists groundkit.search_dense(text, text, integer, text[], text[], boolean);
 create or replace function groundkit.search_dense(
     reader_sub text,

@@ -257,7 +257,7 @@ $explain$;
 
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
 -- their query with); writers register models, run the embedding worker, read the lag and cut
--- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'
+-- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_indexes). The searches'
 -- signatures differ with and without pgvector (087_dense_search.*.sql): found by name.
 do $dense$
 declare
@@ -272,6 +272,8 @@ begin
         'groundkit.embed_store(text, bytea[], real[])',
         'groundkit.cutover(text, boolean)',
         'groundkit.hnsw_status(text)',
+        'groundkit.dense_recheck(text)',
+        'groundkit.dense_merge_pending(text, integer, bigint)',
         'groundkit.auto_search_mode()'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
@@ -316,6 +318,28 @@ begin
     end if;
 end
 $replicas$;
+
+-- The operator console (sql/081_console.sql, docs/console.md): its tokens are made and revoked
+-- by the owner alone; the console's login (an auditor's, or the owner's) maps a token to its
+-- operator, reads the embedding backlog over time and the stored quality results.
+do $console$
+begin
+    alter function groundkit.create_console_token(text, bytea, timestamptz)
+        security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.revoke_console_tokens(text) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.console_operator(bytea) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.embedding_backlog(text, timestamptz, interval)
+        security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function
+            groundkit.console_operator(bytea),
+            groundkit.embedding_backlog(text, timestamptz, interval)
+        to groundkit_auditor;
+        grant select on groundkit.quality_results to groundkit_auditor;
+    end if;
+end
+$console$;
 
 -- The outbound gate (sql/083_outbound.sql, docs/outbound.md): a reader's session reads the
 -- policy, decides its own calls (objects only as that reader may see them) and records them; the

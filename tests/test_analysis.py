@@ -145,9 +145,9 @@ def test_status_says_when_the_index_needs_a_rebuild(gk: Groundkit, dsn: str) -> 
 
 
 def test_an_index_from_before_the_analysis_is_reported_and_rebuilt(empty_dsn: str) -> None:
-    """A database that held chunks when revision 0028 came was analyzed by gk-analysis-1
+    """A database that held chunks when revision 0030 came was analyzed by gk-analysis-1
     (to_tsvector alone): status asks for a rebuild, and after it the index is current."""
-    upgrade_revisions_only(empty_dsn, "0027")
+    upgrade_revisions_only(empty_dsn, "0029")
     with psycopg.connect(empty_dsn, autocommit=False) as conn:
         conn.execute("insert into groundkit.objects (object_id, version, state, content_type, space_id,"
                      " tier_visibility, title, owner_only, metadata, content_hash, log_seq)"

@@ -25,6 +25,7 @@
     policy        put_space flipping a space's policy at 100k chunks: time, rows read and written, two revisions
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
     shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
+    console       the operator console's pages at 100k chunks: render time at the client, and its reads alone
     outbound      the outbound gate's cost per embedding batch and per LLM call (loopback), the scrubber's per chunk
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
@@ -39,6 +40,7 @@ from evals.bench import (
     ab,
     chain,
     chunking,
+    console,
     costs,
     dense,
     embed,
@@ -89,6 +91,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "dense": dense.main,
     "policy": policy.main,
     "replicas": replicas.main,
+    "console": console.main,
     "shards": shards.main,
     "outbound": outbound.main,
 }

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -15,7 +17,11 @@ from rich.table import Table
 from groundkit.cli import eval_gate
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import resolve_dsn
-from groundkit.errors import InvalidArgument
+from groundkit.errors import GroundkitError, InvalidArgument
+from groundkit.quality.results import store_collection_results, store_label_results
+
+if TYPE_CHECKING:
+    from groundkit.client import Groundkit
 
 app = typer.Typer(help="Run groundkit's evals.", no_args_is_help=True,
                   rich_markup_mode="markdown")
@@ -42,6 +48,9 @@ def quality(
     reader: Annotated[list[str] | None, typer.Option(
         help="With --labels: RANK=MEMBER searches as that member for that tier rank (repeatable). Default: a "
         "synthetic member of a tier of that rank, no grants, rolled back.")] = None,
+    store: Annotated[bool, typer.Option(
+        "--store/--no-store", help="Keep the results in the database (groundkit.quality_results), where "
+        "`groundkit serve console` shows them over time.")] = True,
     dsn: DsnOption = None,
 ) -> None:
     """nDCG@10, recall@10, recall@100 and MRR@10 of groundkit and reference BM25 engines
@@ -51,7 +60,7 @@ def quality(
     if labels is not None:
         if dataset is not None or arm or reference:
             raise InvalidArgument("--labels takes no --dataset, --arm or --reference")
-        _labels(labels, _readers(reader or []), as_json, dsn)
+        _labels(labels, _readers(reader or []), as_json, store, dsn)
         return
     if reader:
         raise InvalidArgument("--reader goes with --labels")
@@ -77,6 +86,8 @@ def quality(
             bar.update(tasks[stage], completed=done)
 
         rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, notify=_notice)
+    if store:
+        _store_results(server, lambda gk: store_collection_results(gk, rows))
     if as_json:
         for row in rows:
             sys.stdout.write(json.dumps(row.as_json()) + "\n")
@@ -92,6 +103,24 @@ def quality(
         for reason, count in row.refusals.items():
             err.print(f"[yellow]{row.arm}: {count} of {row.queries} queries refused[/] (each counted as no results): "
                       f"{escape(reason)}", highlight=False)
+
+
+def _store_results(dsn: str, store: Callable[[Groundkit], uuid.UUID | None]) -> None:
+    """Keep a run's results in its database; say where, or why not. A failure to store is a
+    warning: the evaluation itself ran and its numbers are printed."""
+    from groundkit.client import Groundkit
+
+    try:
+        with Groundkit.connect(dsn) as gk:
+            eval_id = store(gk)
+    except GroundkitError as exc:
+        err.print(f"[yellow]results not stored:[/] {escape(exc.message)}", highlight=False)
+        return
+    if eval_id is None:
+        err.print("results not stored: this database has no groundkit.quality_results (run groundkit migrate)",
+                  highlight=False)
+    else:
+        err.print(f"results stored as eval {eval_id} (groundkit serve console, Quality)", highlight=False)
 
 
 def _skipped(arm: str, why: str) -> None:
@@ -158,13 +187,15 @@ def _readers(pairs: list[str]) -> dict[int, str]:
     return readers
 
 
-def _labels(path: Path, readers: dict[int, str], as_json: bool, dsn: str | None) -> None:
+def _labels(path: Path, readers: dict[int, str], as_json: bool, store: bool, dsn: str | None) -> None:
     from groundkit.client import Groundkit
     from groundkit.quality.samples import as_json as report_json
     from groundkit.quality.samples import score_labels
 
     with Groundkit.connect(dsn) as gk:
         report = score_labels(gk, path, readers)
+    if store:
+        _store_results(resolve_dsn(dsn), lambda gk: store_label_results(gk, path.name, report.ranks))
     if as_json:
         for row in report_json(report):
             sys.stdout.write(json.dumps(row) + "\n")

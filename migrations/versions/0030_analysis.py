@@ -1,7 +1,7 @@
 """The analysis: code tokens, accents, languages; phrase and exclusion filters in search.
 
-Revision ID: 0028
-Revises: 0027
+Revision ID: 0030
+Revises: 0029
 Create Date: 2026-12-05
 
 docs/bm25/analysis.md.
@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0028"
-down_revision = "0027"
+revision = "0030"
+down_revision = "0029"
 branch_labels = None
 depends_on = None
 
