@@ -46,8 +46,9 @@ def test_groundkit_and_baselines_in_one_run(server_dsn: str, tmp_path: Path) -> 
     assert by_arm["bm25"].ndcg_10 == 1.0 and by_arm["bm25"].mrr_10 == 1.0
     assert by_arm["bm25"].queries == 3
     for row in rows:
-        assert set(row.as_json()) == {"dataset", "arm", "ndcg@10", "recall@10", "recall@100", "mrr@10", "queries",
-                                      "ms_per_query"}
+        assert set(row.as_json()) == {"kind", "dataset", "view", "scope", "arm", "ndcg@10", "recall@10",
+                                      "recall@100", "mrr@10", "queries", "refused", "refusals", "ms_per_query"}
+        assert (row.view, row.scope, row.refused) == ("documents", "all", 0)
 
 
 def test_cli_json_output(server_dsn: str, tmp_path: Path) -> None:

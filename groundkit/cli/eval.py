@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
@@ -16,6 +17,9 @@ from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import resolve_dsn
 from groundkit.errors import InvalidArgument
 
+if TYPE_CHECKING:
+    from groundkit.quality.harness import Comparison, QualityRow
+
 app = typer.Typer(help="Run groundkit's evals.", no_args_is_help=True,
                   rich_markup_mode="markdown")
 app.command("gate")(eval_gate.gate)
@@ -24,12 +28,20 @@ app.command("gate")(eval_gate.gate)
 @app.command()
 @handle_errors
 def quality(
-    dataset: Annotated[Path | None, typer.Option(help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv) "
-                                                 "or a Cranfield folder.", exists=True, file_okay=False)] = None,
+    dataset: Annotated[Path | None, typer.Option(help="A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv; "
+                                                 "with segments.jsonl: transcripts) or a Cranfield folder.",
+                                                 exists=True, file_okay=False)] = None,
     arm: Annotated[list[str] | None, typer.Option(help="Arms to run (repeatable): groundkit's bm25, dense and "
-                                                  "hybrid (docs/evals.md), ts_rank_cd, fts5, tantivy, bm25s. "
-                                                  "Default: all.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per arm, one per line.")] = False,
+                                                  "hybrid (docs/evals.md), ts_rank_cd, fts5, tantivy, bm25s, "
+                                                  "bm25s-k1.2. Default: all.")] = None,
+    view: Annotated[list[str] | None, typer.Option(
+        help="Transcripts: windows (the prepared windows) or turns (the raw turns through groundkit's transcript "
+        "chunker); repeatable. Default: every view the collection has.")] = None,
+    scope: Annotated[list[str] | None, typer.Option(
+        help="all (the whole collection) or meeting (each query within its own meeting: transcripts); "
+        "repeatable. Default: every scope the collection has.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line: each arm's numbers "
+                                          "(kind arm), then the paired comparisons (kind comparison).")] = False,
     reference: Annotated[bool, typer.Option(
         "--reference", help="Instead: check the reference engines against their known numbers on this "
         "collection (BEIR SciFact, NFCorpus); exit 1 when one is off by more than --tolerance.")] = False,
@@ -45,7 +57,7 @@ def quality(
 ) -> None:
     """nDCG@10, recall@10, recall@100 and MRR@10 of groundkit and reference BM25 engines
     (--dataset), or of the current search against labelled samples (--labels)."""
-    from groundkit.quality.harness import ALL_ARMS, run_quality
+    from groundkit.quality.harness import ALL_ARMS, comparisons, run_quality
 
     if labels is not None:
         if dataset is not None or arm or reference:
@@ -57,8 +69,9 @@ def quality(
     if dataset is None:
         raise InvalidArgument("give --dataset (a collection) or --labels (a labelled samples file)")
     if reference:
-        if arm:
-            raise InvalidArgument("--reference runs the reference engines; it takes no --arm")
+        if arm or view or scope:
+            raise InvalidArgument("--reference runs the reference engines on the documents; it takes no --arm, "
+                                  "--view or --scope")
         _reference(dataset, tolerance, as_json)
         return
     arms = tuple(arm or ALL_ARMS)
@@ -75,18 +88,43 @@ def quality(
                 tasks[stage] = bar.add_task(stage, total=total)
             bar.update(tasks[stage], completed=done)
 
-        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped)
+        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, views=view, scopes=scope)
+    compared = comparisons(rows)
     if as_json:
-        for row in rows:
-            sys.stdout.write(json.dumps(row.as_json()) + "\n")
+        for line in [*(r.as_json() for r in rows), *(c.as_json() for c in compared)]:
+            sys.stdout.write(json.dumps(line) + "\n")
         return
-    table = Table(title=f"{rows[0].dataset if rows else dataset}: {rows[0].queries if rows else 0} queries")
-    for col in ("arm", "nDCG@10", "R@10", "R@100", "MRR@10", "ms/query"):
-        table.add_column(col, justify="left" if col == "arm" else "right")
+    _quality_tables(rows, compared)
+
+
+def _quality_tables(rows: list[QualityRow], compared: list[Comparison]) -> None:
+    blocks: dict[tuple[str, str, str], list[QualityRow]] = {}
     for row in rows:
-        table.add_row(row.arm, f"{row.ndcg_10:.3f}", f"{row.recall_10:.3f}", f"{row.recall_100:.3f}",
-                      f"{row.mrr_10:.3f}", f"{row.ms_per_query:.1f}")
-    out.print(table)
+        blocks.setdefault((row.dataset, row.view, row.scope), []).append(row)
+    for (name, view, scope), block in blocks.items():
+        where = "" if (view, scope) == ("documents", "all") else f" ({view}, scope {scope})"
+        table = Table(title=f"{name}{where}: {block[0].queries} queries")
+        for col in ("arm", "nDCG@10", "R@10", "R@100", "MRR@10", "ms/query", "refused"):
+            table.add_column(col, justify="left" if col == "arm" else "right")
+        for row in block:
+            table.add_row(row.arm, f"{row.ndcg_10:.4f}", f"{row.recall_10:.3f}", f"{row.recall_100:.3f}",
+                          f"{row.mrr_10:.3f}", f"{row.ms_per_query:.1f}", str(row.refused) if row.refused else "")
+        out.print(table)
+        for row in block:
+            if row.refused:
+                codes = Counter(r["code"] for r in row.refusals)
+                first = row.refusals[0]
+                out.print(f"{row.arm}: {row.refused} of {row.queries} queries refused, scored 0 ("
+                          + ", ".join(f"{code} x{n}" for code, n in codes.most_common())
+                          + f"); e.g. {first['query_id']}: {first['code']}: {first['reason']}", highlight=False)
+    if compared:
+        table = Table(title="nDCG@10 differences, paired over the same queries (two-sided paired t-test)")
+        for col in ("view", "scope", "arm", "against", "difference", "p"):
+            table.add_column(col, justify="right" if col in ("difference", "p") else "left")
+        for c in compared:
+            table.add_row(c.view, c.scope, f"{c.arm} {c.ndcg_10:.4f}", f"{c.against} {c.against_ndcg_10:.4f}",
+                          f"{c.difference:+.4f}", "< 0.001" if c.p_value < 0.001 else f"{c.p_value:.3f}")
+        out.print(table)
 
 
 def _skipped(arm: str, why: str) -> None:
