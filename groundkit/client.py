@@ -288,9 +288,11 @@ class Groundkit(Admin):
         snippet: HTML-escaped text around the matches, which stand between ``snippet_start`` and
         ``snippet_end``.
 
-        ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`, ``auto``): ``auto`` is
-        ``hybrid`` when the database has pgvector and an active embedding model, else ``bm25``
-        (read on every call, ``groundkit.auto_search_mode()``); ``bm25`` ranks by BM25;
+        ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`, ``auto``): ``auto`` runs
+        the mode and hybrid settings the searched content types share
+        (:meth:`~groundkit.admin.Admin.set_search_mode`), else ``hybrid`` when the database has
+        pgvector and an active embedding model, else ``bm25`` (read on every call,
+        ``groundkit.auto_search_settings(content_types)``); ``bm25`` ranks by BM25;
         ``dense`` embeds the query with the active embedding model and ranks the chunks embedded
         by it by similarity (``exact``: an exact scan, never the HNSW index); ``hybrid`` fuses
         both legs in SQL, with ``fusion``, ``rrf_k``, ``bm25_weight``, ``dense_weight``,
@@ -318,8 +320,8 @@ class Groundkit(Admin):
             "space_ids": None if space_ids is None else list(space_ids),
             "snippet_start": snippet_start, "snippet_end": snippet_end,
         }
-        knobs = {"fusion": fusion, "rrf_k": rrf_k, "bm25_weight": bm25_weight, "dense_weight": dense_weight,
-                 "depth": depth, "match_gate": match_gate}
+        knobs: dict[str, object] = {"fusion": fusion, "rrf_k": rrf_k, "bm25_weight": bm25_weight,
+                                    "dense_weight": dense_weight, "depth": depth, "match_gate": match_gate}
         if mode != "hybrid" and any(v is not None for v in knobs.values()):
             raise InvalidArgument("fusion, rrf_k, bm25_weight, dense_weight, depth and match_gate go with "
                                   "mode='hybrid'")
@@ -327,7 +329,7 @@ class Groundkit(Admin):
             raise InvalidArgument("exact goes with mode='dense'")
         self.last_sample_id = None
         if mode == "auto":
-            mode = "hybrid" if self._scalar("select groundkit.auto_search_mode() as mode", {}) == "hybrid" else "bm25"
+            mode, knobs = self._auto_mode(params["content_types"])
         with telemetry.span("search", mode=mode, k=k, query=query, reader=reader_sub) as current:
             leg: sql.Composable
             if mode == "bm25":
@@ -353,6 +355,14 @@ class Groundkit(Admin):
             self.last_sample_id = self._record_sample(reader_sub, query, mode, k, hits) if sample else None
         telemetry.add_hits(len(hits), mode=mode)
         return hits
+
+    def _auto_mode(self, content_types: list[str] | None) -> tuple[SearchMode, dict[str, object]]:
+        """What mode ``auto`` runs over ``content_types``, and hybrid's settings
+        (``groundkit.auto_search_settings``: the content types' own, docs/dense.md)."""
+        row = self._fetch("select * from groundkit.auto_search_settings(%(ct)s)", {"ct": content_types})[0]
+        mode: SearchMode = "hybrid" if row["mode"] == "hybrid" else "dense" if row["mode"] == "dense" else "bm25"
+        knobs = {name: row[name] for name in ("fusion", "rrf_k", "bm25_weight", "dense_weight", "depth")}
+        return mode, knobs
 
     def _query_embedding(self, query: str) -> str:
         """The query embedded by the active model, as pgvector text. The model is read on every

@@ -238,7 +238,7 @@ end
 $runs$;
 
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
--- their query with); writers register models, run the embedding worker, read the lag and cut
+-- their query with, and what mode 'auto' runs: sql/085_search_modes.sql); writers register models, run the embedding worker, read the lag and cut
 -- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'
 -- signatures differ with and without pgvector (087_dense_search.*.sql): found by name.
 do $dense$
@@ -254,7 +254,8 @@ begin
         'groundkit.embed_store(text, bytea[], real[])',
         'groundkit.cutover(text, boolean)',
         'groundkit.hnsw_status(text)',
-        'groundkit.auto_search_mode()'
+        'groundkit.auto_search_mode()',
+        'groundkit.auto_search_settings(text[])'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
         if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
@@ -272,7 +273,8 @@ begin
         end if;
     end loop;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
-        grant execute on function groundkit.active_embedding_model(), groundkit.auto_search_mode()
+        grant execute on function groundkit.active_embedding_model(), groundkit.auto_search_mode(),
+            groundkit.auto_search_settings(text[])
             to groundkit_reader;
     end if;
 end
