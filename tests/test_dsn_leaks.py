@@ -62,6 +62,12 @@ def _objects(path: Path) -> Path:
     return path
 
 
+def _labels(path: Path) -> Path:
+    path.write_text(json.dumps({"sample_id": "s1", "query": "kiln", "tier_rank": 0,
+                                "candidates": [{"object_id": "o1", "relevance": 1}]}) + "\n")
+    return path
+
+
 RUN_ID = "3f0c7c2e-8d5b-4c61-9a4e-0d6f5b1e2a11"
 
 
@@ -85,6 +91,9 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "eval gate": [[]],
         "config set-bm25": [["1.2", "0.5"]],
         "config set-chunk-sizes": [["document", "--chars", "1200"]],
+        "config set-search-mode": [["transcript", "hybrid", "--dense-weight", "2"]],
+        "config search-modes": [[], ["--json"]],
+        "eval propose": [["--labels", str(_labels(tmp / "labels.jsonl"))]],
         "cite": [["o1", "1", "0", "--as", "m1"]],
         "home": [["--reader", "m1"]],
         "tokens create": [["m1"]],
@@ -92,6 +101,7 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "costs": [[], ["--json"]],
         "config add-flow": [["support"]],
         "config set-sample-rate": [["0.1"]],
+        "config set-sample-limit": [["100"]],
         "eval export-samples": [["--out", str(tmp / "samples.jsonl")]],
         "replay": [[RUN_ID], [RUN_ID, "--json"]],
         "runs list": [[], ["--json"]],

@@ -211,5 +211,6 @@ def test_paired_test() -> None:
     assert diff == pytest.approx(0.725) and p < 0.001
     _, p = paired_test([0.9, 0.1, 0.5, 0.4], [0.1, 0.9, 0.4, 0.5])
     assert p > 0.5
+    assert paired_test([1.0, 1.0, 1.0], [0.5, 0.5, 0.5]) == (0.5, 0.0)  # the same gain on every query
     with pytest.raises(ValueError):
         paired_test([1.0], [1.0, 2.0])

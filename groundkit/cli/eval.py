@@ -19,6 +19,7 @@ from groundkit.errors import InvalidArgument
 
 if TYPE_CHECKING:
     from groundkit.quality.harness import Comparison, QualityRow
+    from groundkit.quality.propose import Proposal
 
 app = typer.Typer(help="Run groundkit's evals.", no_args_is_help=True,
                   rich_markup_mode="markdown")
@@ -154,6 +155,96 @@ def _reference(dataset: Path, tolerance: float, as_json: bool) -> None:
         err.print(f"[bold red]{len(off)} reference arm(s) off their known numbers by more than {tolerance}:[/] "
                   f"{', '.join(off)}", highlight=False)
         raise typer.Exit(1)
+
+
+@app.command()
+@handle_errors
+def propose(
+    labels: Annotated[Path | None, typer.Option(
+        help="A labelled file from `groundkit eval export-samples` (relevance filled in), searched in the database "
+        "now, per content type of its labelled candidates.", exists=True, dir_okay=False)] = None,
+    dataset: Annotated[Path | None, typer.Option(
+        help="Or a BEIR folder, loaded into a scratch database on the same server as one content type.",
+        exists=True, file_okay=False)] = None,
+    content_type: Annotated[str | None, typer.Option(
+        help="With --dataset: the content type it stands for (default: the collection's: board_post for the "
+        "forum collections, transcript for transcripts, else document).")] = None,
+    reader: Annotated[list[str] | None, typer.Option(
+        help="With --labels: RANK=MEMBER searches as that member for that tier rank (repeatable). Default: a "
+        "synthetic member of a tier of that rank, no grants, rolled back.")] = None,
+    alpha: Annotated[float, typer.Option(help="A proposal is applicable when the paired t-test's p is below this.")
+                     ] = 0.05,
+    apply_them: Annotated[bool, typer.Option("--apply", help="Set the applicable proposals (groundkit config "
+                                             "set-search-mode), in one transaction. Without it nothing changes.")
+                          ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per content type (kind proposal).")
+                       ] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Propose, per content type, the search mode and hybrid weights `auto` should run, from
+    judged queries: the best of bm25, dense and hybrid RRF settings by nDCG@10, with its gain
+    over the current setting and a paired t-test (scipy) on the same queries (docs/evals.md)."""
+    from groundkit.client import Groundkit
+    from groundkit.quality import propose as proposing
+
+    proposing.check_alpha(alpha)
+    if (labels is None) == (dataset is None):
+        raise InvalidArgument("give --labels (a labelled samples file) or --dataset (a BEIR folder), one of them")
+    if labels is not None and content_type is not None:
+        raise InvalidArgument("--content-type goes with --dataset (a labelled file's candidates have their own)")
+    if dataset is not None and reader:
+        raise InvalidArgument("--reader goes with --labels")
+    with Groundkit.connect(dsn) as target:
+        if labels is not None:
+            proposals, skipped = proposing.propose_from_labels(target, labels, _readers(reader or []), alpha)
+        else:
+            assert dataset is not None
+            with Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=err, transient=False) as bar:
+                tasks: dict[str, TaskID] = {}
+
+                def progress(stage: str, done: int, total: int) -> None:
+                    if stage not in tasks:
+                        tasks[stage] = bar.add_task(stage, total=total)
+                    bar.update(tasks[stage], completed=done)
+
+                proposals, skipped = proposing.propose_from_dataset(dataset, target, resolve_dsn(dsn), content_type,
+                                                                    alpha, progress=progress)
+        if apply_them:
+            proposals = proposing.apply(target, proposals)
+    if as_json:
+        for p in proposals:
+            sys.stdout.write(json.dumps(p.as_json()) + "\n")
+    else:
+        _proposal_tables(proposals, alpha, apply_them)
+    if skipped:
+        err.print(f"{len(skipped)} query(ies) not used: " + "; ".join(skipped[:5])
+                  + (" ..." if len(skipped) > 5 else ""), highlight=False)
+
+
+def _proposal_tables(proposals: list[Proposal], alpha: float, applied: bool) -> None:
+    if not proposals:
+        out.print("no content type has a judged query: nothing to propose")
+        return
+    table = Table(title="search mode per content type: nDCG@10, paired t-test against the current setting")
+    for col in ("content type", "queries", "current", "proposed", "gain", "p", "verdict"):
+        table.add_column(col, justify="right" if col in ("queries", "gain", "p") else "left")
+    for p in proposals:
+        verdict = ("applied" if p.applied else "apply (--apply)") if p.apply else (
+            "keep: already the best" if p.proposed == p.current else f"keep: not significant at {alpha:g}")
+        table.add_row(p.content_type, str(p.queries), f"{p.current} {p.current_ndcg_10:.4f}",
+                      f"{p.proposed} {p.proposed_ndcg_10:.4f}", f"{p.gain:+.4f}",
+                      "< 0.001" if p.p_value < 0.001 else f"{p.p_value:.3f}", verdict)
+    out.print(table)
+    for p in proposals:
+        grid = Table(title=f"{p.content_type}: every setting scored ({p.queries} queries)")
+        for col in ("setting", "nDCG@10", "R@100"):
+            grid.add_column(col, justify="left" if col == "setting" else "right")
+        for c in sorted(p.candidates, key=lambda c: -c.ndcg_10):
+            grid.add_row(c.setting, f"{c.ndcg_10:.4f}", f"{c.recall_100:.3f}")
+        out.print(grid)
+    if not applied and any(p.apply for p in proposals):
+        out.print("nothing changed: run again with --apply to set the applicable proposals", highlight=False)
 
 
 @app.command("export-samples")

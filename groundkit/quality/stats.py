@@ -16,15 +16,19 @@ __all__ = ["paired_test"]
 
 
 def paired_test(a: Sequence[float], b: Sequence[float]) -> tuple[float, float]:
-    """Mean of ``a - b`` and the two-sided p-value that it is 0 (1.0 when every pair is equal,
-    or fewer than two pairs). ``a`` and ``b`` hold the same queries in the same order."""
+    """Mean of ``a - b`` and the two-sided p-value that it is 0. ``a`` and ``b`` hold the same
+    queries in the same order. Fewer than two pairs, or every pair equal: p 1.0; every
+    difference the same nonzero value (no spread: the t statistic is infinite): p 0.0."""
     if len(a) != len(b):
         raise ValueError(f"paired values differ in length ({len(a)} and {len(b)})")
     if not a:
         return 0.0, 1.0
-    diff = sum(x - y for x, y in zip(a, b, strict=True)) / len(a)
-    if len(a) < 2 or all(x == y for x, y in zip(a, b, strict=True)):
+    differences = [x - y for x, y in zip(a, b, strict=True)]
+    diff = sum(differences) / len(differences)
+    if len(a) < 2 or all(d == 0 for d in differences):
         return diff, 1.0
+    if all(d == differences[0] for d in differences):
+        return diff, 0.0
     try:
         stats = importlib.import_module("scipy.stats")
     except ImportError as exc:  # pragma: no cover - depends on the environment
