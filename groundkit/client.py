@@ -291,7 +291,8 @@ class Groundkit(Admin):
         ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`, ``auto``): ``auto`` runs
         the mode and hybrid settings the searched content types share
         (:meth:`~groundkit.admin.Admin.set_search_mode`), else ``hybrid`` when the database has
-        pgvector and an active embedding model, else ``bm25`` (read on every call,
+        pgvector and an active embedding model whose provider the outbound policy lets queries go
+        to, else ``bm25`` (read on every call,
         ``groundkit.auto_search_settings(content_types)``); ``bm25`` ranks by BM25;
         ``dense`` embeds the query with the active embedding model and ranks the chunks embedded
         by it by similarity (``exact``: an exact scan, never the HNSW index); ``hybrid`` fuses
@@ -373,7 +374,10 @@ class Groundkit(Admin):
         key = model.model_dump_json()
         embedder = self._embedders.get(key)
         if embedder is None:
-            embedder = embedder_for(model, meter_to=self if self.flow is not None else None, flow=self.flow)
+            # the outbound policy is read from this database on every call; the decision is
+            # recorded (and the call metered) where a flow is set
+            embedder = embedder_for(model, meter_to=self if self.flow is not None else None, flow=self.flow,
+                                    policy_from=self)
             self._embedders[key] = embedder
         return embedding.vector_literal(embedder.embed_query(query))
 

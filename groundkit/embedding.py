@@ -7,6 +7,11 @@ processes share the work and never embed the same text twice), the provider embe
 ``groundkit.embed_store`` writes the vectors, and the commit makes the batch count. An
 interruption rolls back the batch under way and nothing else. ``groundkit embed`` and the worker
 (:mod:`groundkit.maintenance`) call it; the SQL is in docs/dense.md.
+
+Every batch goes through the outbound gate (docs/outbound.md) with its texts' hashes: the claim
+never takes a text the policy keeps from the model's provider (those chunks stay BM25-only and
+are reported as withheld, not as lagging), the gate checks the batch again, scrubs it where the
+policy says, and meters it under the built-in flow ``indexing``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ __all__ = [
 # model batches internally), small enough that an interruption loses seconds of work.
 DEFAULT_BATCH = 64
 MAX_BATCH = 4096  # groundkit.embed_claim's
+# the flow the embedding job's calls are metered under (built in, revision 0026)
+INDEXING_FLOW = "indexing"
 
 # progress(done, total): chunks embedded so far, and the lag when the job began
 EmbedProgress = Callable[[int, int], None]
@@ -52,18 +59,23 @@ class EmbedReport(_Frozen):
     chunks: int
     seconds: float
     chunks_per_s: float
+    #: current chunks whose text the outbound policy keeps from the model's provider (BM25-only)
+    withheld: int = 0
 
 
 class EmbeddingLag(_Frozen):
     """One model's lag (``groundkit.embedding_lag``): current chunks whose text it has not
     embedded (an exact count) and since when the oldest of them waits; ``state`` is the model's
-    (``active``, ``building`` while reindexed, ``inactive``)."""
+    (``active``, ``building`` while reindexed, ``inactive``). ``withheld``: chunks whose text
+    the outbound policy keeps from the model's provider, not counted as missing (they stay
+    BM25-only until the policy changes)."""
 
     model: str
     state: str
     missing: int
     oldest_at: datetime | None
     oldest_age_s: float | None
+    withheld: int = 0
 
 
 def vector_literal(vector: Sequence[float]) -> str:
@@ -146,7 +158,7 @@ def lag(s: Session, model: str | None = None) -> list[EmbeddingLag]:
     if model is not None:
         get_model(s, model)  # (GK015 for an unknown one)
     rows = s._fetch(
-        "select l.name as model, l.missing, l.oldest as oldest_at,"
+        "select l.name as model, l.missing, l.withheld, l.oldest as oldest_at,"
         "       case when m.active then 'active' when m.reindexing_at is not null then 'building'"
         "            else 'inactive' end as state,"
         "       extract(epoch from l.age)::float8 as oldest_age_s"
@@ -158,9 +170,9 @@ def lag(s: Session, model: str | None = None) -> list[EmbeddingLag]:
     return [EmbeddingLag.model_validate(r) for r in rows]
 
 
-def _missing(s: Session, model: str) -> int:
-    rows = s._fetch("select missing from groundkit.embedding_lag(%(model)s)", {"model": model})
-    return int(rows[0]["missing"]) if rows else 0
+def _missing(s: Session, model: str) -> tuple[int, int]:
+    rows = s._fetch("select missing, withheld from groundkit.embedding_lag(%(model)s)", {"model": model})
+    return (int(rows[0]["missing"]), int(rows[0]["withheld"])) if rows else (0, 0)
 
 
 def embed_pending(s: Session, model: EmbeddingModel, embedder: Embedder, *, batch: int = DEFAULT_BATCH,
@@ -175,7 +187,8 @@ def embed_pending(s: Session, model: EmbeddingModel, embedder: Embedder, *, batc
         raise InvalidArgument("embed_pending commits batch by batch: give it an autocommit connection "
                               "outside a transaction")
     require_dense(s)
-    total = _missing(s, model.name)
+    total, withheld = _missing(s, model.name)
+    embedder = _bound(embedder, s)
     done = 0
     t0 = time.perf_counter()
     if progress is not None:
@@ -188,8 +201,18 @@ def embed_pending(s: Session, model: EmbeddingModel, embedder: Embedder, *, batc
         if progress is not None:
             progress(done, max(total, done))
     seconds = time.perf_counter() - t0
+    if done or withheld:  # (what a policy change since the start withheld is counted again)
+        withheld = _missing(s, model.name)[1]
     return EmbedReport(model=model.name, chunks=done, seconds=round(seconds, 3),
-                       chunks_per_s=round(done / seconds, 1) if seconds > 0 else 0.0)
+                       chunks_per_s=round(done / seconds, 1) if seconds > 0 else 0.0, withheld=withheld)
+
+
+def _bound(embedder: Embedder, s: Session) -> Embedder:
+    """``embedder`` reading the outbound policy from ``s`` and recording (and metering, under
+    ``indexing``) its decisions there, in each batch's transaction."""
+    from groundkit.embedders import _Seam
+
+    return embedder.bound(s, INDEXING_FLOW) if isinstance(embedder, _Seam) else embedder
 
 
 def _one_batch(s: Session, model: EmbeddingModel, embedder: Embedder, batch: int) -> int:
@@ -199,7 +222,8 @@ def _one_batch(s: Session, model: EmbeddingModel, embedder: Embedder, batch: int
                         {"model": model.name, "batch": batch})
         if not rows:
             return 0
-        vectors = embedder.embed_documents([r["text"] for r in rows])
+        vectors = embedder.embed_documents([r["text"] for r in rows],
+                                           hashes=[bytes(r["content_hash"]) for r in rows])
         s._fetch("select groundkit.embed_store(%(model)s, %(hashes)s::bytea[], %(vectors)s::real[])",
                  {"model": model.name, "hashes": [r["content_hash"] for r in rows], "vectors": vectors})
         return len(rows)

@@ -126,6 +126,38 @@ class EmbeddingProviderError(GroundkitError):
     falling back to another provider (GK017; raised by Python, not by SQL)."""
 
     sqlstate = "GK017"
+
+
+class OutboundRefused(GroundkitError):
+    """The outbound policy (or the gate itself) refuses a provider call: its texts may not go to
+    that provider's class. The message names the rule (``cloud.max_tier``, ``private.closed``,
+    ``gate.bypass``: a provider called around the gate), the class, the policy version and how
+    many texts; never their content. Nothing was sent (GK023; docs/outbound.md)."""
+
+    sqlstate = "GK023"
+
+    def __init__(self, message: str, *, rule: str = "", policy_version: int | None = None,
+                 sqlstate: str | None = None) -> None:
+        super().__init__(message, sqlstate=sqlstate)
+        self.rule = rule
+        self.policy_version = policy_version
+
+
+class LlmProviderError(GroundkitError):
+    """An LLM provider failed, was unreachable, is not configured, or answered something that is
+    not a completion. Never answered by falling back to another provider (GK024; raised by
+    Python, not by SQL)."""
+
+    sqlstate = "GK024"
+
+
+class OutboundPolicyInvalid(InvalidArgument):
+    """An outbound policy document of another shape, an unknown tier in it, or a change without a
+    reason (GK025)."""
+
+    sqlstate = "GK025"
+
+
 class NoFreshServer(DatabaseUnavailable):
     """A read routed by the permission fence found no server it may use: the primary is
     unreachable and no replica is provably fresh (GK018; docs/replicas.md). Fails closed: an
@@ -139,6 +171,45 @@ class SampleRefused(InvalidArgument):
     now (GK027): a sample names only what the reader's search returned. Nothing is recorded."""
 
     sqlstate = "GK027"
+
+
+class ScratchDatabaseInUse(GroundkitError):
+    """A command would replace a database of its own that another session is connected to (the
+    demo's, a benchmark's kept one): refused, never ending that session's work (GK028; raised by
+    Python, not by SQL)."""
+
+    sqlstate = "GK028"
+
+
+class DatabaseBusy(GroundkitError):
+    """The database did not answer in time, or is busy (GK019): a statement or lock timeout ended
+    the statement (the server's 57014 or 55P03, kept as ``sqlstate``), or a server found no
+    pooled connection free in time. Nothing was changed; try again. Raised by Python, not by
+    SQL; the MCP and HTTP servers answer it with 503 and code GK019."""
+
+    sqlstate = "GK019"
+
+
+class GateRefused(GroundkitError):
+    """A change (``groundkit migrate``, ``groundkit cutover``) refused because the permission gate
+    failed on it, could not run, or a certificate offered for it does not certify it; nothing was
+    changed (GK020; docs/governance.md)."""
+
+    sqlstate = "GK020"
+
+
+class Uncertified(GroundkitError):
+    """The configuration serving readers has no passing gate certificate (none, a failure, or a
+    bypass): ``groundkit serve`` refuses to start on it without ``--allow-ungated`` (GK021)."""
+
+    sqlstate = "GK021"
+
+
+class AuditFailure(GroundkitError):
+    """The audit chain, a checkpoint or an evidence bundle does not verify: a link is broken, a
+    checkpoint is not a prefix of today's history, a signature or a digest does not match (GK022)."""
+
+    sqlstate = "GK022"
 
 
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
@@ -160,6 +231,16 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK017": EmbeddingProviderError,
     "GK018": NoFreshServer,
     "GK027": SampleRefused,
+    "GK028": ScratchDatabaseInUse,
+    "GK019": DatabaseBusy,
+    "57014": DatabaseBusy,  # query_canceled: statement_timeout (or a cancel request)
+    "55P03": DatabaseBusy,  # lock_not_available: lock_timeout, NOWAIT, or a groundkit function's refusal
+    "GK023": OutboundRefused,
+    "GK024": LlmProviderError,
+    "GK025": OutboundPolicyInvalid,
+    "GK020": GateRefused,
+    "GK021": Uncertified,
+    "GK022": AuditFailure,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

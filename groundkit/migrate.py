@@ -53,6 +53,18 @@ class MigrationState(BaseModel):
         return not self.pending
 
 
+# Every migrate records the groundkit version that ran it (sql/089_governance.sql): a component
+# of the configuration the gate certifies (docs/governance.md).
+RECORD_VERSION_SQL = "select groundkit._record_installed(%s)"
+
+
+def installed_version() -> str:
+    """This groundkit's version, as migrate records it."""
+    from groundkit import __version__
+
+    return __version__
+
+
 # Replaceable files that exist in two variants: ``NAME.pgvector.sql`` where the database has the
 # ``vector`` extension (their signatures name its types), ``NAME.stubs.sql`` (raising GK008) where not.
 PGVECTOR_SUFFIX = ".pgvector.sql"
@@ -103,8 +115,22 @@ def _engine_connection(dsn: str) -> Iterator[sqlalchemy.Connection]:
         engine.dispose()
 
 
-def migrate(dsn: str) -> MigrationState:
-    """Bring the database at ``dsn`` to the latest schema. Idempotent and safe to run concurrently."""
+def migrate(dsn: str, *, gate: bool = True, skip_gate_reason: str | None = None) -> MigrationState:
+    """Bring the database at ``dsn`` to the latest schema. Idempotent and safe to run concurrently.
+
+    Gated by default (docs/governance.md): the permission gate's migrate sections run first on a
+    throwaway database at the target revision, on the same server; a failure raises
+    :class:`~groundkit.errors.GateRefused` and changes nothing; the verdict goes into the gate
+    ledger. A configuration already certified is not gated again.
+
+    ``gate=False`` is the bare schema operation, for databases that serve no one (test fixtures,
+    the gate's own throwaway databases, the demo, benchmarks): no gate and no ledger row, so the
+    configuration stays uncertified. ``skip_gate_reason`` applies without the gate and records a
+    bypass with that reason."""
+    if gate or skip_gate_reason is not None:
+        from groundkit.deployment import gated_migrate
+
+        return gated_migrate(dsn, skip_reason=skip_gate_reason)[0]
     cfg = _alembic_config()
     try:
         with _engine_connection(dsn) as conn:

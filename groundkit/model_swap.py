@@ -3,8 +3,11 @@
 :func:`add_model` registers a model; :func:`start_reindex` marks it being built, so the worker
 embeds it beside the active one while search keeps serving the active one; :func:`shadow_compare`
 runs the same queries on both; :func:`cutover` makes it active in one transaction (refused while
-its lag is not zero, unless forced) and, run with the old model, rolls back. After a cutover the
-permission gate must run again (``groundkit eval gate``).
+its lag is not zero, unless forced) and, run with the old model, rolls back.
+
+:func:`cutover` here is the bare switch: the configuration it makes is uncertified until a gate run
+certifies it. ``groundkit cutover`` (:func:`groundkit.deployment.gated_cutover`) gates the switch
+first (docs/governance.md).
 """
 
 from __future__ import annotations
@@ -23,24 +26,30 @@ from groundkit.errors import InvalidArgument
 from groundkit.models import SearchHit, SearchMode
 from groundkit.session import Session, no_nul
 
-__all__ = ["GATE_REMINDER", "QueryComparison", "ShadowQuery", "ShadowReport", "add_model", "cutover",
+__all__ = ["QueryComparison", "ShadowQuery", "ShadowReport", "add_model", "cutover",
            "read_queries", "sampled_queries", "shadow_compare", "start_reindex", "stop_reindex"]
-
-GATE_REMINDER = ("the search answers changed: run the permission gate again now (groundkit eval gate); "
-                 "a model swap is one of its triggers")
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-def add_model(s: Session, *, name: str, provider: str, dimension: int, distance: str, recipe: str,
-              options: dict[str, Any] | None = None) -> Any:
-    """Register an embedding model (``groundkit.add_embedding_model``), inactive. Bad input is
-    :class:`InvalidArgument` (GK005) before anything is written."""
+def add_model(s: Session, *, name: str, provider: str, dimension: int | None = None, distance: str = "cosine",
+              recipe: str = "titled", options: dict[str, Any] | None = None) -> Any:
+    """Register an embedding model (``groundkit.add_embedding_model``), inactive. ``dimension``
+    may be left out for the ``local`` provider (its model's is known) and must be given for the
+    others. Bad input is :class:`InvalidArgument` (GK005) before anything is written."""
     from groundkit.embedders import EmbeddingModel
+    from groundkit.embedders.local import DIMENSION
 
     embedding.require_dense(s)
+    if provider == "local" and dimension not in (None, DIMENSION):
+        raise InvalidArgument(f"the local model's vectors have {DIMENSION} dimensions (got {dimension!r}); "
+                              "leave --dimension out")
+    if dimension is None:
+        if provider != "local":
+            raise InvalidArgument(f"the {provider!r} provider needs the model's dimension (--dimension)")
+        dimension = DIMENSION
     try:
         model = EmbeddingModel.model_validate({"name": name, "provider": provider, "dimension": dimension,
                                                "distance": distance, "recipe": recipe, "options": options or {}})

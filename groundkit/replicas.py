@@ -97,8 +97,11 @@ class FencedPool:
 
     def __init__(self, primary: str, replicas: Sequence[str] = (), *, max_lag: float = DEFAULT_MAX_LAG,
                  pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT, open_wait: bool = True,
-                 primary_pool: ConnectionPool[_PgConn] | None = None) -> None:
-        """``primary_pool``: a pool to the primary to use instead of opening one (the servers' own)."""
+                 primary_pool: ConnectionPool[_PgConn] | None = None,
+                 configure: Callable[[_PgConn], None] | None = None) -> None:
+        """``primary_pool``: a pool to the primary to use instead of opening one (the servers' own);
+        ``configure``: called on each new connection of the pools opened here (the servers set
+        their statement and lock timeouts with it)."""
         if isinstance(replicas, str):
             raise ConfigError("replicas must be a list of DSNs, not one string")
         if not (isinstance(max_lag, int | float) and 0 < max_lag <= 86_400):
@@ -109,8 +112,8 @@ class FencedPool:
         self._replica_wait = min(pool_timeout, REPLICA_WAIT)
         scrub_pool_log(primary, *replicas)
         self.labels = tuple(label(d) for d in replicas)
-        self._primary = primary_pool or _pool(primary, pool_size, pool_timeout, "groundkit-primary")
-        self._replicas = tuple(_pool(d, pool_size, pool_timeout, f"groundkit-replica-{i}")
+        self._primary = primary_pool or _pool(primary, pool_size, pool_timeout, "groundkit-primary", configure)
+        self._replicas = tuple(_pool(d, pool_size, pool_timeout, f"groundkit-replica-{i}", configure)
                                for i, d in enumerate(replicas))
         self._lock = threading.Lock()
         self._next = 0
@@ -302,11 +305,12 @@ class FencedPool:
             raise from_psycopg(exc) from None
 
 
-def _pool(dsn: str, size: int, timeout: float, name: str) -> ConnectionPool[_PgConn]:
+def _pool(dsn: str, size: int, timeout: float, name: str,
+          configure: Callable[[_PgConn], None] | None = None) -> ConnectionPool[_PgConn]:
     from psycopg_pool import ConnectionPool
 
     return ConnectionPool(dsn, min_size=1, max_size=size, timeout=timeout, open=False, name=name,
-                          kwargs={"autocommit": True, "row_factory": dict_row},
+                          kwargs={"autocommit": True, "row_factory": dict_row}, configure=configure,
                           connection_class=psycopg.Connection[dict[str, Any]])
 
 
@@ -362,6 +366,28 @@ class RouteCounts(BaseModel):
         return self.fence + self.lag + self.unreachable
 
 
+class FenceGap(BaseModel):
+    """A relation ``groundkit.reader_authority`` reads whose changes do not advance the authority
+    position, so the fence cannot hold a replica back from serving them stale: a table without
+    the ``groundkit.authority_changed()`` trigger for inserts, updates and deletes (``fix`` is
+    the statement that attaches it), or a materialized view (whose refreshes fire no trigger)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    relation: str
+    kind: str
+    fix: str | None
+
+    def alert(self) -> str:
+        if self.fix is None:
+            return (f"groundkit.reader_authority reads the {self.kind} {self.relation}: its changes cannot advance "
+                    "the authority position, so the replica fence does not see them (map the view over tables "
+                    "that carry the groundkit.authority_changed() trigger, docs/replicas.md)")
+        return (f"groundkit.reader_authority reads the {self.kind} {self.relation}, which has no "
+                "groundkit.authority_changed() trigger for inserts, updates and deletes: the replica fence does "
+                f"not see its changes (a replica may serve a revoked member). Fix: {self.fix}")
+
+
 class ReplicationStatus(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -369,11 +395,16 @@ class ReplicationStatus(BaseModel):
     standbys: tuple[StreamingStandby, ...]
     replicas: tuple[ReplicaReport, ...]
     routes: tuple[RouteCounts, ...]
+    # relations behind reader_authority the fence cannot see, and functions it calls (whose
+    # tables the catalog does not name: they are listed, not judged)
+    fence_gaps: tuple[FenceGap, ...] = ()
+    authority_functions: tuple[str, ...] = ()
 
     def alerts(self, lag_alert: float, fence_alert: float) -> list[str]:
-        """What is past the thresholds: a replica unreachable or lagging more than ``lag_alert``
-        seconds, or the fence sending more than ``fence_alert`` of a replica's reads to the primary."""
-        found = []
+        """What is past the thresholds: a relation behind reader_authority the fence cannot see,
+        a replica unreachable or lagging more than ``lag_alert`` seconds, or the fence sending more
+        than ``fence_alert`` of a replica's reads to the primary."""
+        found = [g.alert() for g in self.fence_gaps]
         for r in self.replicas:
             if not r.reachable:
                 found.append(f"replica {r.name} is unreachable")
@@ -408,7 +439,72 @@ def replication_status(primary: Groundkit, replicas: Sequence[str] = ()) -> Repl
     routes = tuple(RouteCounts(replica=name, replica_reads=c.get("replica", 0), fence=c.get("fence", 0),
                                lag=c.get("lag", 0), unreachable=c.get("unreachable", 0))
                    for name, c in counts.items())
-    return ReplicationStatus(authority_position=sum(position), standbys=standbys, replicas=reports, routes=routes)
+    gaps, functions = fence_coverage(primary)
+    return ReplicationStatus(authority_position=sum(position), standbys=standbys, replicas=reports, routes=routes,
+                             fence_gaps=gaps, authority_functions=functions)
+
+
+# The relations groundkit.reader_authority reads, through views of views, from the catalog: a
+# view's rewrite rule depends (pg_depend) on every relation and function its query names. Row
+# triggers after insert, update and delete that call authority_changed() must cover each table
+# (tgtype bits: 1 row, 2 before, 4 insert, 8 delete, 16 update, 64 instead of; enabled on the
+# origin or always).
+_READS_SQL = """
+with recursive reads(oid) as (
+    select to_regclass('groundkit.reader_authority')::oid
+    union
+    select d.refobjid
+      from reads x
+      join pg_class v on v.oid = x.oid and v.relkind = 'v'
+      join pg_rewrite r on r.ev_class = v.oid
+      join pg_depend d on d.classid = 'pg_rewrite'::regclass and d.objid = r.oid
+                      and d.refclassid = 'pg_class'::regclass and d.refobjid <> v.oid
+)
+select format('%%I.%%I', n.nspname, c.relname) as relation,
+       case c.relkind when 'm' then 'materialized view' when 'f' then 'foreign table'
+                      when 'p' then 'partitioned table' else 'table' end as kind,
+       c.relkind = 'm' or coalesce((
+           select bit_or(t.tgtype::int) & 28 <> 28
+             from pg_trigger t
+            where t.tgrelid = c.oid and t.tgfoid = to_regprocedure('groundkit.authority_changed()')
+              and t.tgenabled in ('O', 'A') and t.tgtype::int & 67 = 1), true) as unfenced,
+       case when c.relkind <> 'm' then
+           format('create constraint trigger %%I after insert or update or delete on %%I.%%I deferrable initially '
+                  'deferred for each row execute function groundkit.authority_changed();',
+                  left(c.relname, 53) || '_authority', n.nspname, c.relname) end as fix
+  from reads x
+  join pg_class c on c.oid = x.oid and c.relkind <> 'v'
+  join pg_namespace n on n.oid = c.relnamespace
+ order by 1
+"""
+_FUNCTIONS_SQL = """
+with recursive reads(oid) as (
+    select to_regclass('groundkit.reader_authority')::oid
+    union
+    select d.refobjid
+      from reads x
+      join pg_class v on v.oid = x.oid and v.relkind = 'v'
+      join pg_rewrite r on r.ev_class = v.oid
+      join pg_depend d on d.classid = 'pg_rewrite'::regclass and d.objid = r.oid
+                      and d.refclassid = 'pg_class'::regclass and d.refobjid <> v.oid
+)
+select distinct d.refobjid::regprocedure::text as function
+  from reads x
+  join pg_rewrite r on r.ev_class = x.oid
+  join pg_depend d on d.classid = 'pg_rewrite'::regclass and d.objid = r.oid and d.refclassid = 'pg_proc'::regclass
+ order by 1
+"""
+
+
+def fence_coverage(gk: Groundkit) -> tuple[tuple[FenceGap, ...], tuple[str, ...]]:
+    """The relations behind ``groundkit.reader_authority`` whose changes the permission fence
+    cannot see (an app's membership table without the trigger, docs/replicas.md), and the
+    functions the view calls (built-in ones are not recorded in the catalog, so these are the
+    app's: which tables they read is not visible here)."""
+    gaps = tuple(FenceGap(relation=r["relation"], kind=r["kind"], fix=r["fix"])
+                 for r in gk._fetch(_READS_SQL, {}) if r["unfenced"])
+    functions = tuple(str(r["function"]) for r in gk._fetch(_FUNCTIONS_SQL, {}))
+    return gaps, functions
 
 
 def _replica_report(dsn: str, position: tuple[int, ...]) -> ReplicaReport:

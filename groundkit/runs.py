@@ -6,11 +6,16 @@ the hits (a later one inside a savepoint, so that a failed search leaves the run
 writes the header (``groundkit.record_run``) and commits. A run that raises is recorded with its
 error class, and then the exception goes on; a client killed mid-run leaves nothing (the server
 rolls the transaction back).
+
+:meth:`Run.complete` calls an LLM through the outbound gate (:mod:`groundkit.llm`,
+docs/outbound.md) and pins in the header what was asked and answered by digest, never by text;
+:meth:`Run.record_llm` records a call the app made elsewhere, which the meter cannot vouch for.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
@@ -23,7 +28,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from groundkit import telemetry
-from groundkit.errors import InvalidArgument, from_psycopg
+from groundkit.errors import InvalidArgument, OutboundRefused, from_psycopg
 from groundkit.models import (
     MAX_K,
     MAX_QUERY_CHARS,
@@ -38,6 +43,7 @@ from groundkit.session import Session, no_nul
 
 if TYPE_CHECKING:
     from groundkit.context import AssembledContext
+    from groundkit.llm import ChatClient, Completion, LlmProvider, Message
 
 _SEARCH = ("select * from groundkit.run_search(%(run_id)s, %(search_no)s, %(flow)s, %(reader)s, %(query)s, %(k)s,"
            " %(content_types)s::text[], %(space_ids)s::text[], %(snippet_start)s, %(snippet_end)s)")
@@ -89,6 +95,9 @@ class Run:
         self._searches = 0
         self._llm_calls: list[dict[str, Any]] = []
         self._context: list[dict[str, Any]] = []
+        # what the run read, to recognise member content in the messages it sends (complete)
+        self._retrieved: dict[str, set[str]] = {}
+        self._assembled: list[AssembledContext] = []
         self._started_at = datetime.now(UTC)
         self._entered = False
         self._in_tx = False  # the run's transaction is open
@@ -226,6 +235,8 @@ class Run:
             raise from_psycopg(exc) from exc
         self._in_tx = True
         hits = [SearchHit.model_validate(r) for r in rows]
+        for hit in hits:
+            self._retrieved.setdefault(hit.object_id, set()).add(hit.content)
         telemetry.add_hits(len(hits), mode="bm25", flow=self.flow)
         return hits
 
@@ -236,7 +247,80 @@ class Run:
 
         assembled = assemble_context(hits, budget_tokens, **options)
         self._context.extend(c.model_dump(mode="json") for c in assembled.citations)
+        self._assembled.append(assembled)
         return assembled
+
+    def complete(self, messages: Sequence[Message | dict[str, Any]], *, model: str, provider: LlmProvider,
+                 prompt_version: str | None = None, objects: Sequence[str] | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None) -> Completion:
+        """Ask ``model`` at ``provider`` (:class:`groundkit.llm.LlmProvider`) to complete
+        ``messages``, through the outbound gate. The objects whose chunks the messages carry are
+        the contexts this run assembled and the hits it retrieved that appear in them, plus
+        ``objects`` (ids the app names: chunk text it put in another way). Refused by the
+        policy: :class:`~groundkit.errors.OutboundRefused` (GK023) naming the rule, nothing sent,
+        the refusal pinned in the run. Pinned when sent: the prompt version (``prompt_version``,
+        else the run's), the SHA-256 of the messages as sent (after scrubbing) and of the answer,
+        tokens and cost (metered under the run's flow), the policy version and the provider class."""
+        self._check_open()
+        from groundkit.llm import Completion, Message, messages_digest, text_digest
+        from groundkit.outbound import gate
+
+        if not isinstance(model, str) or not model:
+            raise InvalidArgument("model must be a non-empty string")
+        if prompt_version is not None and not isinstance(prompt_version, str):
+            raise InvalidArgument("prompt_version must be a string")
+        if isinstance(messages, str | bytes) or not messages:
+            raise InvalidArgument("messages must be a non-empty list of {role, content}")
+        try:
+            msgs = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"messages must be {{role: system|user|assistant, content: text}} ({exc})") from None
+        no_nul(model=model, prompt_version=prompt_version, messages=[m.content for m in msgs],
+               objects=list(objects or ()))
+        object_ids = [*(objects or ()), *self._objects_in("\n".join(m.content for m in msgs))]
+        client = _chat_client(provider, model)
+        self._ensure_begun()  # the decision and the metered call are recorded in the run's transaction
+
+        def transmit(outgoing: list[str]) -> gate.Answer[tuple[str, list[Message]]]:
+            sent_msgs = [Message(role=m.role, content=t) for m, t in zip(msgs, outgoing, strict=True)]
+            text, tokens_in, tokens_out = client.chat(sent_msgs, temperature=temperature, max_tokens=max_tokens)
+            return gate.Answer((text, sent_msgs), tokens_in, tokens_out)
+
+        pinned = {"model": model, "source": "gate", "provider": provider.protocol,
+                  "prompt_version": prompt_version if prompt_version is not None else self.prompt_version}
+        try:
+            sent = gate.send("complete", gate.Destination(provider.protocol, provider.url, model),
+                             [m.content for m in msgs], transmit,
+                             provenance=gate.Provenance(queries=len(msgs), object_ids=tuple(object_ids)),
+                             policy_from=self._session, record_to=self._session, flow=self.flow,
+                             reader=self.reader, run_id=str(self.id))
+        except OutboundRefused as exc:
+            self._llm_calls.append({**pinned, "tokens_in": 0, "tokens_out": 0, "cost": None, "decision": "refused",
+                                    "rule": exc.rule, "policy_version": exc.policy_version})
+            raise
+        text, sent_msgs = sent.result
+        digest, answer_digest = messages_digest(sent_msgs), text_digest(text)
+        self._llm_calls.append({
+            **pinned, "tokens_in": sent.tokens_in, "tokens_out": sent.tokens_out,
+            "cost": None if sent.cost is None else format(sent.cost, "f"), "decision": "sent",
+            "class": sent.decision.provider_class, "policy_version": sent.decision.policy_version,
+            "messages_sha256": digest, "answer_sha256": answer_digest, "scrubbed": sent.scrubbed})
+        return Completion(text=text, model=model, tokens_in=sent.tokens_in, tokens_out=sent.tokens_out,
+                          messages_sha256=digest, answer_sha256=answer_digest,
+                          policy_version=sent.decision.policy_version, provider_class=sent.decision.provider_class,
+                          scrubbed=sent.scrubbed)
+
+    def _objects_in(self, text: str) -> list[str]:
+        """Objects whose text this run read and that appear in ``text``: every citation of an
+        assembled context found whole in it, and every retrieved hit whose chunk is in it."""
+        found: dict[str, None] = {}
+        for assembled in self._assembled:
+            if assembled.text and assembled.text in text:
+                found.update((c.object_id, None) for c in assembled.citations)
+        for object_id, contents in self._retrieved.items():
+            if object_id not in found and any(c and c in text for c in contents):
+                found[object_id] = None
+        return list(found)
 
     def record_llm(self, model: str, tokens_in: int, tokens_out: int, *, cost: Decimal | float | None = None,
                    meter: bool = True) -> None:
@@ -261,6 +345,24 @@ class Run:
             priced = call.cost if cost is None else cost
         self._llm_calls.append({"model": model, "tokens_in": tokens_in, "tokens_out": tokens_out,
                                 "cost": None if priced is None else format(Decimal(str(priced)), "f")})
+
+
+_CHAT_CLIENTS: dict[tuple[str, str], ChatClient] = {}
+_CHAT_LOCK = threading.Lock()
+
+
+def _chat_client(provider: LlmProvider, model: str) -> ChatClient:
+    """One transport per process, provider and model (an httpx client keeps its connections)."""
+    from groundkit.llm import ChatClient, LlmProvider
+
+    if not isinstance(provider, LlmProvider):
+        raise InvalidArgument("provider must be a groundkit.llm.LlmProvider")
+    key = (provider.model_dump_json(), model)
+    with _CHAT_LOCK:
+        client = _CHAT_CLIENTS.get(key)
+        if client is None:
+            client = _CHAT_CLIENTS[key] = ChatClient(provider, model)
+    return client
 
 
 # -- reading runs ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from typing import Any
 
 from groundkit.errors import ConfigError
 
-__all__ = ["add_cost", "add_hits", "add_tokens", "configure", "enabled", "included", "span"]
+__all__ = ["add_cost", "add_hits", "add_outbound", "add_tokens", "configure", "enabled", "included", "span"]
 
 PREFIX = "groundkit."
 SENSITIVE = frozenset({"query", "reader"})
@@ -167,3 +167,11 @@ def add_cost(amount: float, *, currency: str, **attrs: AttrValue | None) -> None
     ``model`` and ``flow``. An unpriced call is not counted here (its cost is unknown, not 0)."""
     if _ENABLED:
         _counter("cost", currency, "Spend metered by groundkit").add(amount, _labels({**attrs, "currency": currency}))
+
+
+def add_outbound(*, decision: str, provider_class: str, kind: str) -> None:
+    """Count one decision of the outbound gate (``groundkit.outbound.calls``): sent or refused,
+    by provider class and kind of call."""
+    if _ENABLED:
+        _counter("outbound.calls", "{call}", "Provider calls decided by groundkit's outbound gate").add(
+            1, _labels({"decision": decision, "provider_class": provider_class, "kind": kind}))

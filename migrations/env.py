@@ -10,14 +10,17 @@ from __future__ import annotations
 import sys
 
 from alembic import context
+from psycopg import sql
 
 from groundkit.migrate import (
     HAS_PGVECTOR_SQL,
     LOCK_SQL,
     PGVECTOR_SUFFIX,
+    RECORD_VERSION_SQL,
     SCHEMA_SQL,
     STUBS_SUFFIX,
     applies,
+    installed_version,
     replaceable_sql,
 )
 
@@ -39,6 +42,8 @@ def run_migrations_offline() -> None:
         for name, text in replaceable_sql():
             if applies(name, pgvector=False):
                 out.write(f"-- groundkit/sql/{name}\n{text}\n")
+        record = sql.SQL(RECORD_VERSION_SQL.replace("%s", "{}")).format(sql.Literal(installed_version()))
+        out.write(f"{record.as_string(None)};\n")
 
 
 def run_migrations_online() -> None:
@@ -64,6 +69,8 @@ def run_migrations_online() -> None:
                     if not applies(name, pgvector=bool(row and row[0])):
                         continue
                 raw.execute(text)
+            # the version that ran this migrate: a component of the configuration the gate certifies
+            raw.execute(RECORD_VERSION_SQL, (installed_version(),))
 
 
 if context.is_offline_mode():

@@ -66,7 +66,10 @@ as $$
 $$;
 
 -- Move a space's chunks between statistics scopes after its policy (or a tier's rank) changed;
--- returns how many chunks moved.
+-- returns how many chunks moved. The work is the space's own: the chunks that move are found once
+-- (through the space's live objects and their chunks by object id) and every statement below reads
+-- them from those arrays; most of what remains is rewriting their postings, which carry the
+-- bucket (docs/bm25/design.md, "Postings").
 create or replace function groundkit._restat_space(p_space_id text) returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -76,22 +79,36 @@ set enable_seqscan = off
 as $$
 declare
     my_shard smallint := (pg_backend_pid() % 8)::smallint;
-    moved bigint;
+    ids bigint[];
+    old_scopes integer[];
+    new_scopes integer[];
+    lens integer[];
+    new_keys bigint[];
 begin
     -- No merge may move these chunks' postings meanwhile: term_stats counts the chunks' terms in
     -- postings, not those still pending (docs/bm25.md, "The pending part").
     perform groundkit._lock_pending_shared();
+    select array_agg(x.chunk_id order by x.chunk_id), array_agg(x.old_scope order by x.chunk_id),
+           array_agg(x.new_scope order by x.chunk_id), array_agg(x.doc_len order by x.chunk_id),
+           -- Owner-only chunks never change scope, so a NULL new scope means a private space.
+           array_agg(groundkit._vis_key(false, null, x.new_scope is null, p_space_id, x.new_scope)
+                     order by x.chunk_id)
+      into ids, old_scopes, new_scopes, lens, new_keys
+      from groundkit._space_scope_changes(p_space_id) x;
+    if ids is null then
+        return 0;
+    end if;
+
+    -- Each chunk's lexemes once: -1 in its old scope, +1 in its new one.
     insert into groundkit.term_stats as t (term, scope, shard, df)
     select u.lexeme, d.scope, my_shard, sum(d.delta)
-      from (select x.chunk_id, x.old_scope as scope, -1 as delta
-              from groundkit._space_scope_changes(p_space_id) x where x.old_scope is not null
-            union all
-            select x.chunk_id, x.new_scope, 1
-              from groundkit._space_scope_changes(p_space_id) x where x.new_scope is not null) d
-      -- a chunk's postings are its lexemes (no index serves postings by chunk id alone)
-      join groundkit.chunks c on c.chunk_id = d.chunk_id
+      from unnest(ids, old_scopes, new_scopes) x(chunk_id, old_scope, new_scope)
+      join groundkit.chunks c on c.chunk_id = x.chunk_id
      cross join lateral unnest(c.tsv) u
-     where not exists (select 1 from groundkit.pending_postings pp
+     cross join lateral (values (x.old_scope, -1), (x.new_scope, 1)) d(scope, delta)
+     where d.scope is not null
+       -- a chunk's postings are its lexemes; those still pending are not counted in term_stats
+       and not exists (select 1 from groundkit.pending_postings pp
                         where pp.term = u.lexeme and pp.chunk_id = c.chunk_id)
      group by u.lexeme, d.scope
     having sum(d.delta) <> 0
@@ -101,36 +118,37 @@ begin
     insert into groundkit.scope_stats as t (scope, shard, n_chunks, total_len)
     select d.scope, my_shard, sum(d.delta), sum(d.delta * d.doc_len)
       from (select x.old_scope as scope, -1 as delta, x.doc_len
-              from groundkit._space_scope_changes(p_space_id) x where x.old_scope is not null
+              from unnest(old_scopes, lens) x(old_scope, doc_len) where x.old_scope is not null
             union all
             select x.new_scope, 1, x.doc_len
-              from groundkit._space_scope_changes(p_space_id) x where x.new_scope is not null) d
+              from unnest(new_scopes, lens) x(new_scope, doc_len) where x.new_scope is not null) d
      group by d.scope
      order by d.scope
     on conflict (scope, shard) do update
         set n_chunks = t.n_chunks + excluded.n_chunks, total_len = t.total_len + excluded.total_len;
 
-    -- The chunks' postings move to their new visibility bucket (docs/bm25.md). Owner-only
-    -- chunks never change scope, so a NULL new scope means a private space.
+    -- The chunks' postings move to their new visibility bucket (docs/bm25.md): most of the work,
+    -- one row per posting, each a new entry in both of postings' indexes. In key order, so that
+    -- the probes and the new entries walk the indexes' pages once rather than at random.
     update groundkit.postings p
-       set vis_key = groundkit._vis_key(false, null, x.new_scope is null, p_space_id, x.new_scope)
-      from groundkit._space_scope_changes(p_space_id) x
-      join groundkit.chunks c on c.chunk_id = x.chunk_id
-     cross join lateral unnest(c.tsv) u
-     where p.term = u.lexeme and p.chunk_id = x.chunk_id;
+       set vis_key = z.new_key
+      from (select u.lexeme, x.chunk_id, x.new_key
+              from unnest(ids, new_keys) x(chunk_id, new_key)
+              join groundkit.chunks c on c.chunk_id = x.chunk_id
+             cross join lateral unnest(c.tsv) u
+             order by u.lexeme, x.chunk_id) z
+     where p.term = z.lexeme and p.chunk_id = z.chunk_id;
     update groundkit.pending_postings p
-       set vis_key = groundkit._vis_key(false, null, x.new_scope is null, p_space_id, x.new_scope),
-           stat_scope = x.new_scope
-      from groundkit._space_scope_changes(p_space_id) x
+       set vis_key = x.new_key, stat_scope = x.new_scope
+      from unnest(ids, new_keys, new_scopes) x(chunk_id, new_key, new_scope)
       join groundkit.chunks c on c.chunk_id = x.chunk_id
      cross join lateral unnest(c.tsv) u
      where p.term = u.lexeme and p.chunk_id = x.chunk_id;
 
     update groundkit.chunks c set stat_scope = x.new_scope
-      from groundkit._space_scope_changes(p_space_id) x
+      from unnest(ids, new_scopes) x(chunk_id, new_scope)
      where c.chunk_id = x.chunk_id;
-    get diagnostics moved = row_count;
-    return moved;
+    return cardinality(ids);
 end
 $$;
 

@@ -72,8 +72,8 @@ begin
         raise exception 'tokens must be non-negative (got tokens_in %, tokens_out %)',
             coalesce(p_tokens_in::text, 'null'), coalesce(p_tokens_out::text, 'null') using errcode = 'GK005';
     end if;
-    if p_kind is null or p_kind not in ('llm', 'embedding') then
-        raise exception 'kind must be llm or embedding (got %)', coalesce(pg_catalog.quote_literal(p_kind), 'null')
+    if p_kind is null or p_kind not in ('llm', 'embedding', 'rerank') then
+        raise exception 'kind must be llm, embedding or rerank (got %)', coalesce(pg_catalog.quote_literal(p_kind), 'null')
             using errcode = 'GK005';
     end if;
     if p_model is null or p_model = '' or pg_catalog.length(p_model) > 256 then

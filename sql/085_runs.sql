@@ -427,7 +427,9 @@ end
 $$;
 
 -- The only way runs leave the table: every run recorded before `before`, and their searches.
--- Leaves a tombstone row counting them. Granted to nobody: the owner's alone.
+-- Leaves a tombstone row counting them, with the audit chain's entries of the rows it deleted
+-- (pruned_seqs, sql/089_governance.sql): the tombstone is chained itself, so a pruned range shows
+-- in every later checkpoint instead of a gap. Granted to nobody: the owner's alone.
 create or replace function groundkit.prune_runs(before timestamptz) returns bigint
 language plpgsql
 set search_path = pg_catalog, pg_temp
@@ -435,11 +437,16 @@ as $$
 declare
     n_runs bigint;
     n_searches bigint;
+    seqs int8multirange;
 begin
     if prune_runs.before is null then
         raise exception 'before must be given' using errcode = 'GK005';
     end if;
     update groundkit.locks l set holder_xact = pg_current_xact_id() where l.name = 'runs_prune';
+    select range_agg(int8range(c.seq, c.seq, '[]')) into seqs
+      from groundkit.runs r
+      join groundkit.audit_chain c on c.run_id = r.run_id and c.kind in ('run', 'search')
+     where r.kind = 'run' and r.recorded_at < prune_runs.before;
     delete from groundkit.run_searches s
      using groundkit.runs r
      where r.run_id = s.run_id and r.kind = 'run' and r.recorded_at < prune_runs.before;
@@ -447,8 +454,8 @@ begin
     delete from groundkit.runs r where r.kind = 'run' and r.recorded_at < prune_runs.before;
     get diagnostics n_runs = row_count;
     update groundkit.locks l set holder_xact = null where l.name = 'runs_prune';
-    insert into groundkit.runs (run_id, kind, pruned_runs, pruned_searches, pruned_before)
-    values (gen_random_uuid(), 'pruned', n_runs, n_searches, prune_runs.before);
+    insert into groundkit.runs (run_id, kind, pruned_runs, pruned_searches, pruned_before, pruned_seqs)
+    values (gen_random_uuid(), 'pruned', n_runs, n_searches, prune_runs.before, coalesce(seqs, '{}'));
     return n_runs;
 end
 $$;

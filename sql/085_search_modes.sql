@@ -1,5 +1,5 @@
 -- Search modes per content type: what a search in mode 'auto' runs, per content type searched
--- (config.search_modes, revision 0026; docs/dense.md, "Search modes per content type").
+-- (config.search_modes, revision 0030; docs/dense.md, "Search modes per content type").
 -- Replaceable: re-applied after every `groundkit migrate`.
 
 -- Set (or, with mode 'auto', clear) one content type's search mode and hybrid's settings; the
@@ -67,9 +67,10 @@ $$;
 
 -- What a search in mode 'auto' over `content_types` (NULL or empty: every content type) runs.
 -- The entry every searched type shares (config.search_modes), else auto's built-in rule:
--- 'hybrid' with search_hybrid's defaults when this database has pgvector and an active model,
--- else 'bm25'. Searched types whose entries differ take the built-in rule too (one search runs
--- one mode). A dense or hybrid entry without pgvector or an active model runs bm25. NULL
+-- 'hybrid' with search_hybrid's defaults when this database has pgvector and an active model
+-- whose provider the outbound policy lets queries go to, else 'bm25'. Searched types whose
+-- entries differ take the built-in rule too (one search runs one mode). A dense or hybrid entry
+-- where hybrid could not run either runs bm25. NULL
 -- settings are search_hybrid's defaults. `source`: content_type (an entry), default (no entry),
 -- mixed (entries differ), fallback (an entry that cannot run here). Never an error, so that a
 -- default search works, in the caller's transaction, on a server without pgvector; unknown
@@ -84,8 +85,12 @@ as $$
 declare
     entries jsonb[];
     entry jsonb := 'null'::jsonb;
+    -- pgvector, an active model, and an outbound policy that lets a query go to its provider
+    -- (sql/083_outbound.sql): else neither dense nor hybrid can run a query here
     dense_ok boolean := groundkit._vector_schema() is not null
-                        and exists (select 1 from groundkit.embedding_models m where m.active);
+                        and exists (select 1 from groundkit.embedding_models m
+                                     where m.active
+                                       and groundkit._outbound_queries_allowed(m.provider, m.options ->> 'url'));
     v_mode text;
     v_source text;
 begin

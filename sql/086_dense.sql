@@ -225,8 +225,9 @@ $$;
 -- The mode a search without one takes over every content type (search's mode 'auto',
 -- groundkit.models.DEFAULT_SEARCH_MODE): the content types' own mode where they all set the same
 -- (groundkit.auto_search_settings, sql/085_search_modes.sql), else 'hybrid' when this database
--- has pgvector and an active model, else 'bm25'. Never an error, so that a default search works,
--- in the caller's transaction, on a server without pgvector.
+-- has pgvector and an active model whose provider the outbound policy lets queries go to, else
+-- 'bm25'. Never an error, so that a default search works, in the caller's transaction, on a
+-- server without pgvector.
 create or replace function groundkit.auto_search_mode()
 returns text
 language sql stable
@@ -236,9 +237,11 @@ as $$
 $$;
 
 -- The lag: how many current chunks lack an embedding for the model (default: the active one),
--- exactly, and when the oldest of them was written (its object's current log event).
+-- exactly, and when the oldest of them was written (its object's current log event). Chunks
+-- whose text the outbound policy keeps from the model's provider (sql/083_outbound.sql) are not
+-- lagging, they are withheld: counted apart, and never claimed (they stay BM25-only).
 create or replace function groundkit.embedding_lag(model text default null)
-returns table (name text, chunks bigint, missing bigint, oldest timestamptz, age interval)
+returns table (name text, chunks bigint, missing bigint, oldest timestamptz, age interval, withheld bigint)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -246,28 +249,59 @@ as $$
 declare
     m groundkit.embedding_models;
     col text;
+    r record;
     n_missing bigint;
+    n_withheld bigint := 0;
     v_oldest timestamptz;
 begin
     perform groundkit._require_pgvector();
     m := groundkit._dense_model(embedding_lag.model);
     col := groundkit._recipe_column(m.recipe);
-    -- over the hash index (an index-only scan), a probe of the embeddings' key per chunk
-    execute format('select count(*) from groundkit.chunks c
-                     where not exists (select 1 from groundkit.embeddings e
-                                        where e.model = $1 and e.content_hash = c.%I)', col)
-       into n_missing using m.name;
-    if n_missing > 0 then
-        execute format('select min(l.logged_at)
-                          from groundkit.chunks c
-                          join groundkit.objects o on o.object_id = c.object_id
-                          join groundkit.content_log l on l.seq = o.log_seq
+    select * into r from groundkit._outbound_rule(groundkit.outbound_class(m.provider, m.options ->> 'url'));
+    if r.unrestricted then
+        -- over the hash index (an index-only scan), a probe of the embeddings' key per chunk
+        execute format('select count(*) from groundkit.chunks c
                          where not exists (select 1 from groundkit.embeddings e
                                             where e.model = $1 and e.content_hash = c.%I)', col)
-           into v_oldest using m.name;
+           into n_missing using m.name;
+        if n_missing > 0 then
+            execute format('select min(l.logged_at)
+                              from groundkit.chunks c
+                              join groundkit.objects o on o.object_id = c.object_id
+                              join groundkit.content_log l on l.seq = o.log_seq
+                             where not exists (select 1 from groundkit.embeddings e
+                                                where e.model = $1 and e.content_hash = c.%I)', col)
+               into v_oldest using m.name;
+        end if;
+    else
+        -- set-based: each missing text may go when any current chunk with it may
+        -- (groundkit._outbound_refusal, the predicate the claim and the gate use)
+        execute format('
+            with missing as materialized (
+                select c.%1$I as h, o.log_seq
+                  from groundkit.chunks c join groundkit.objects o on o.object_id = c.object_id
+                 where not exists (select 1 from groundkit.embeddings e
+                                    where e.model = $1 and e.content_hash = c.%1$I)),
+            verdict as (
+                select c.%1$I as h,
+                       bool_or(groundkit._outbound_refusal($2, $3, $4, s.private, o.owner_only, o.space_id,
+                                                           o.content_type, greatest(ot.rank, st.rank)) is null) as ok
+                  from (select distinct m.h from missing m) d
+                  join groundkit.chunks c on c.%1$I = d.h
+                  join groundkit.objects o on o.object_id = c.object_id and o.state = ''live''
+                  join groundkit.spaces s on s.space_id = o.space_id
+                  join groundkit.tiers st on st.name = s.min_tier
+                  join groundkit.tiers ot on ot.name = o.tier_visibility
+                 group by 1)
+            select count(*) filter (where v.ok), count(*) filter (where v.ok is not true),
+                   min(l.logged_at) filter (where v.ok)
+              from missing m
+              left join verdict v on v.h = m.h
+              left join groundkit.content_log l on l.seq = m.log_seq', col)
+           into n_missing, n_withheld, v_oldest using m.name, r.class, r.allow, r.max_rank;
     end if;
     return query
-    select m.name, (select count(*) from groundkit.chunks), n_missing, v_oldest, now() - v_oldest;
+    select m.name, (select count(*) from groundkit.chunks), n_missing, v_oldest, now() - v_oldest, n_withheld;
 end
 $$;
 
@@ -280,7 +314,7 @@ as $$
 $$;
 
 -- The worker's claim: up to `batch` distinct hashes of current chunks that lack an embedding
--- for the model, with the exact text to embed (the model's recipe; its SHA-256 is the hash).
+-- for the model and that the outbound policy lets go to its provider, with the exact text to embed (the model's recipe; its SHA-256 is the hash).
 -- Each is held by a transaction-level advisory try-lock keyed by model and hash, so concurrent
 -- workers skip each other's claims and never wait; writers never wait for a claim (no row is
 -- locked). A claim ends with its transaction: commit it with embed_store's rows, or roll back
@@ -294,6 +328,7 @@ as $$
 #variable_conflict use_column
 declare
     m groundkit.embedding_models;
+    r record;
     col text;
     key1 integer;
     n integer := 0;
@@ -308,12 +343,24 @@ begin
     end if;
     col := groundkit._recipe_column(m.recipe);
     key1 := hashtext('groundkit.embed:' || m.name);
+    -- the outbound policy's allowance for the model's provider (sql/083_outbound.sql): a text it
+    -- withholds is skipped, never claimed
+    select * into r from groundkit._outbound_rule(groundkit.outbound_class(m.provider, m.options ->> 'url'));
     -- in hash order over the hash index: equal hashes come together
     for h in execute format('select c.%1$I from groundkit.chunks c
                               where not exists (select 1 from groundkit.embeddings e
                                                  where e.model = $1 and e.content_hash = c.%1$I)
+                                and ($2 or exists (
+                                     select 1 from groundkit.chunks c2
+                                       join groundkit.objects o on o.object_id = c2.object_id and o.state = ''live''
+                                       join groundkit.spaces s on s.space_id = o.space_id
+                                       join groundkit.tiers st on st.name = s.min_tier
+                                       join groundkit.tiers ot on ot.name = o.tier_visibility
+                                      where c2.%1$I = c.%1$I
+                                        and groundkit._outbound_refusal($3, $4, $5, s.private, o.owner_only, o.space_id,
+                                                                        o.content_type, greatest(ot.rank, st.rank)) is null))
                               order by c.%1$I', col)
-        using m.name
+        using m.name, r.unrestricted, r.class, r.allow, r.max_rank
     loop
         continue when h is not distinct from last;
         last := h;

@@ -237,6 +237,20 @@ begin
 end
 $runs$;
 
+-- Why a member can or cannot see an object (sql/078_explain.sql): the oracle a reader must never
+-- have (it says whether an object exists and what its policy is). The auditor's, and the owner's.
+do $explain$
+begin
+    alter function groundkit.explain_visibility(text, text) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.explain_match(text, text) security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function groundkit.explain_visibility(text, text), groundkit.explain_match(text, text)
+            to groundkit_auditor;
+    end if;
+end
+$explain$;
+
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
 -- their query with, and what mode 'auto' runs: sql/085_search_modes.sql); writers register models, run the embedding worker, read the lag and cut
 -- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'
@@ -300,3 +314,101 @@ begin
     end if;
 end
 $replicas$;
+
+-- The outbound gate (sql/083_outbound.sql, docs/outbound.md): a reader's session reads the
+-- policy, decides its own calls (objects only as that reader may see them) and records them; the
+-- writer also decides the embedding job's batches (by text hash), names members for the scrubber
+-- and reads their names; the auditor reads the history and the decisions. Setting the policy is
+-- the owner's alone.
+do $outbound$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.outbound_policy()',
+        'groundkit.outbound_policy_hash()',
+        'groundkit.outbound_policy_history()',
+        'groundkit.set_outbound_policy(jsonb, text)',
+        'groundkit.outbound_class(text, text)',
+        'groundkit.outbound_decide(text, text, text, text, text[], integer, integer)',
+        'groundkit.outbound_decide_embedding(text, bytea[])',
+        'groundkit.record_outbound(jsonb)',
+        'groundkit.outbound_summary(timestamptz)',
+        'groundkit.put_member_name(text, text)',
+        'groundkit.outbound_member_names(text)',
+        'groundkit.outbound_withheld()'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
+        grant execute on function
+            groundkit.outbound_policy(),
+            groundkit.outbound_policy_hash(),
+            groundkit.outbound_class(text, text),
+            groundkit.outbound_decide(text, text, text, text, text[], integer, integer),
+            groundkit.record_outbound(jsonb)
+        to groundkit_reader;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
+        grant execute on function
+            groundkit.outbound_policy(),
+            groundkit.outbound_policy_hash(),
+            groundkit.outbound_class(text, text),
+            groundkit.outbound_decide(text, text, text, text, text[], integer, integer),
+            groundkit.outbound_decide_embedding(text, bytea[]),
+            groundkit.record_outbound(jsonb),
+            groundkit.put_member_name(text, text),
+            groundkit.outbound_member_names(text),
+            groundkit.outbound_withheld()
+        to groundkit_writer;
+    end if;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant execute on function
+            groundkit.outbound_policy(),
+            groundkit.outbound_policy_hash(),
+            groundkit.outbound_policy_history(),
+            groundkit.outbound_summary(timestamptz)
+        to groundkit_auditor;
+    end if;
+end
+$outbound$;
+
+-- Governance (sql/089_governance.sql, docs/governance.md): every role may ask whether the
+-- configuration serving readers is certified; the auditor reads the ledger and the audit chain.
+-- Writing the ledger (record_gate) is the owner's alone; the chain is written by its trigger.
+do $governance$
+declare
+    fn text;
+begin
+    foreach fn in array array[
+        'groundkit.deployment_status()',
+        'groundkit.deployment_configuration()',
+        'groundkit.audit_head()',
+        'groundkit.audit_entries(bigint, integer)',
+        'groundkit.audit_unchained()',
+        'groundkit.audit_rows(uuid, bigint)',
+        'groundkit.gate_ledger_rows(integer)',
+        -- the chain's deferred trigger: it fires at commit, where (before PostgreSQL 16) it runs as
+        -- the session's role, not as the function that inserted the row
+        'groundkit._audit_chain_row()'
+    ] loop
+        execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
+    end loop;
+    foreach fn in array array['groundkit_reader', 'groundkit_writer', 'groundkit_auditor'] loop
+        if exists (select 1 from pg_catalog.pg_roles where rolname = fn) then
+            execute format('grant usage on schema groundkit to %I', fn);
+            execute format('grant execute on function groundkit.deployment_status(), '
+                           'groundkit.deployment_configuration() to %I', fn);
+        end if;
+    end loop;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant execute on function
+            groundkit.audit_head(),
+            groundkit.audit_entries(bigint, integer),
+            groundkit.audit_unchained(),
+            groundkit.audit_rows(uuid, bigint),
+            groundkit.gate_ledger_rows(integer)
+        to groundkit_auditor;
+    end if;
+end
+$governance$;

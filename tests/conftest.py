@@ -3,6 +3,12 @@
 The server is ``GROUNDKIT_TEST_DSN`` when set, otherwise an embedded PostgreSQL 18 started in
 a temporary directory and deleted at the end. The schema is migrated once into a template
 database; every test gets its own copy, so tests are isolated and may commit freely.
+
+In parallel (``pytest -n auto``, pytest-xdist; docs/testing.md) every worker is a pytest
+session of its own, in its own process: it starts its own embedded server and template, so
+workers share no database, no server-wide setting and no fixed scratch-database name
+(``groundkit_eval_quality``, ``groundkit_demo``, ``gk_bench_300``, ...). With
+``GROUNDKIT_TEST_DSN`` there is one server for everyone, and the tests run in one process.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import tempfile
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -21,6 +28,7 @@ from typing import Any
 
 import psycopg
 import pytest
+import typer
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -87,7 +95,7 @@ def template_db(server_dsn: str) -> Iterator[str]:
     with _admin(server_dsn) as conn:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
         conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-    groundkit.migrate(make_conninfo(server_dsn, dbname=name))
+    groundkit.migrate(make_conninfo(server_dsn, dbname=name), gate=False)
     yield name
     with _admin(server_dsn) as conn:
         conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
@@ -164,6 +172,30 @@ def community(gk: Groundkit) -> Groundkit:
     gk.grant_space("vault", "t2")
     gk.put_space("notes", "T0")
     return gk
+
+
+@pytest.hookimpl(optionalhook=True)  # (a hook of pytest-xdist's: no error under -p no:xdist)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto``: one worker per CPU (xdist's default), but none with ``GROUNDKIT_TEST_DSN``:
+    its one server would be shared, and tests that use a fixed scratch database name (the
+    demo's, the quality eval's, the kept benchmark database) would drop each other's."""
+    if os.environ.get("GROUNDKIT_TEST_DSN"):
+        return 0
+    return None  # xdist's own count
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The CLI's rich consoles (groundkit/cli/_common.py) read COLUMNS once, when the CLI is first
+    # imported (at collection), and keep that width; the tests give each invocation its own
+    # COLUMNS. xdist's workers start with COLUMNS=80 in their environment: readline, loaded in
+    # the parent pytest process, exports it to the C environment (os.environ does not show it
+    # there), and child processes inherit that. It wrapped the status and demo output of four
+    # tests, in parallel runs only.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
+    if os.environ.get("GROUNDKIT_TEST_DSN") and getattr(config.option, "numprocesses", None):
+        raise pytest.UsageError("GROUNDKIT_TEST_DSN names one server, which parallel workers would share "
+                                "(fixed scratch database names collide there): run it with -n 0")
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -246,9 +278,25 @@ def waits_for_commit(holder: psycopg.Connection[Any], dsn: str, statement: str, 
 
 @pytest.fixture(scope="session")
 def embed_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A data directory for the local embedding model, shared by the session: its ONNX export is
-    made there once, at first use (tests/test_embedders.py), as on a fresh machine."""
-    return tmp_path_factory.mktemp("embed-home")
+    """A data directory for the local embedding model, shared by the session, and by all the
+    workers of a parallel run (their common temporary root). Its ONNX export is made there once,
+    by the first worker to get here, as on a fresh machine (ensure_export, which the local provider
+    calls at first use); the others wait for it on a file lock. Made per worker, the export (a
+    minute of CPU on a busy machine) ran once per worker, and a worker could find another's
+    half-written temporary file in the directory."""
+    from filelock import FileLock
+
+    from groundkit.config import Settings
+    from groundkit.embedders.export import ensure_export
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # each worker's basetemp is a directory in the run's
+    home = root / "embed-home"
+    with FileLock(str(root / "embed-home.lock")):
+        home.mkdir(exist_ok=True)
+        ensure_export(Settings(home=home))
+    return home
 
 
 @pytest.fixture
@@ -270,3 +318,36 @@ def local_spans(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(telemetry, "_trace", Trace)
     return exporter
+
+
+# -- the CLI's command tree, built once per app --------------------------------------------------
+
+
+def _typer_shape(app: typer.Typer) -> tuple[Any, ...]:
+    """What typer builds the click command tree from: every registered callback, recursively."""
+    callback = app.registered_callback.callback if app.registered_callback else None
+    return (id(callback), tuple(id(c.callback) for c in app.registered_commands),
+            tuple((g.name, _typer_shape(g.typer_instance)) for g in app.registered_groups if g.typer_instance))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_built_once() -> Iterator[None]:
+    """typer's ``CliRunner.invoke`` builds the whole click command tree from the app on every call
+    (inspect.signature and get_type_hints over ~80 commands: 0.1-0.3 s, more than most
+    commands take to run), and tests/test_dsn_leaks.py alone invokes the CLI thousands of times.
+    The tree depends only on the app's registered callbacks, so it is built once per app and
+    shape; the command still parses its arguments, reads the environment and runs for real."""
+    import typer.testing
+
+    built: weakref.WeakKeyDictionary[typer.Typer, tuple[tuple[Any, ...], Any]] = weakref.WeakKeyDictionary()
+    build = typer.main.get_command
+
+    def get_command(app: typer.Typer) -> Any:
+        shape = _typer_shape(app)
+        if app not in built or built[app][0] != shape:
+            built[app] = (shape, build(app))
+        return built[app][1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(typer.testing, "_get_command", get_command)
+        yield

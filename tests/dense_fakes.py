@@ -94,8 +94,22 @@ def fake_openai_server(dimension: int = DIMENSION) -> Iterator[FakeEmbeddings]:
 
 def add_fake_model(gk: Any, name: str, fake: FakeEmbeddings, *, dimension: int = DIMENSION,
                    recipe: str = "titled", retries: int = 0) -> None:
-    """Register ``name`` as an ``openai`` model served by ``fake`` (no retries: a failure is at once)."""
+    """Register ``name`` as an ``openai`` model served by ``fake`` (no retries: a failure is at once),
+    and mark the fake's origin private in the outbound policy, open to anything (as an operator
+    does for an embedding server inside their network; tests/test_outbound.py tests the policy)."""
     from groundkit import model_swap
 
+    trust_private(gk, fake.url)
     model_swap.add_model(gk, name=name, provider="openai", dimension=dimension, distance="cosine", recipe=recipe,
                          options={"url": fake.url, "model": "fake", "max_retries": retries, "timeout": 10})
+
+
+def trust_private(gk: Any, url: str) -> None:
+    """Mark ``url``'s origin private and let the private class take anything (unscrubbed)."""
+    from groundkit.outbound.policy import Allowance, ClassPolicy, current_policy, set_policy
+
+    policy = current_policy(gk).policy
+    policy = policy.with_class("private", ClassPolicy(allow=Allowance(private_spaces=True, owner_only=True,
+                                                                      queries=True)))
+    policy = policy.model_copy(update={"private_origins": (*policy.private_origins, url)})
+    set_policy(gk, policy, "tests: the fake embedding server is inside the network")

@@ -7,6 +7,8 @@ the same answers on both sides.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -23,10 +25,26 @@ CHUNKS = "300"
 
 
 @pytest.fixture(scope="module")
-def kept(server_dsn: str) -> Iterator[str]:
-    """gk_bench_300, built by `search --keep` (the database ab and profile work on)."""
-    yield "gk_bench_" + CHUNKS
-    drop_db(server_dsn, "gk_bench_" + CHUNKS)
+def kept_build(server_dsn: str) -> Iterator[tuple[str, str]]:
+    """gk_bench_300, built by `search --keep` (the database ab and profile work on), and what that
+    run printed. Built here, not by the first test that needs it, so that each of these tests can
+    run alone, in any order, or on a worker of its own (pytest -n)."""
+    name = "gk_bench_" + CHUNKS
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            code = main(["search", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12", "--slow-queries", "4",
+                         "--passes", "1", "--turns", "1", "--single-chunks", "80", "--writers", "1",
+                         "--writer-seconds", "0.3", "--keep"])
+        assert code == 0, printed.getvalue()
+        yield name, printed.getvalue()
+    finally:
+        drop_db(server_dsn, name)
+
+
+@pytest.fixture
+def kept(kept_build: tuple[str, str]) -> str:
+    return kept_build[0]
 
 
 def _differing(out: str) -> list[int]:
@@ -34,11 +52,8 @@ def _differing(out: str) -> list[int]:
     return [int(m) for m in re.findall(r"x \| [0-9.]+x \| (\d+) \|", out)]
 
 
-def test_search_builds_and_keeps_its_database(server_dsn: str, kept: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["search", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "12", "--slow-queries", "4",
-                 "--passes", "1", "--turns", "1", "--single-chunks", "80", "--writers", "1",
-                 "--writer-seconds", "0.3", "--keep"]) == 0
-    out = capsys.readouterr().out
+def test_search_builds_and_keeps_its_database(server_dsn: str, kept_build: tuple[str, str]) -> None:
+    kept, out = kept_build
     assert f"### {int(CHUNKS):,} chunks" in out
     for reader in ("r100", "r50", "r5"):
         assert f"| {reader} (" in out
@@ -55,7 +70,8 @@ def test_ab_of_two_revisions_agrees(server_dsn: str, kept: str, capsys: pytest.C
     assert _differing(out) == [0, 0, 0], out
     assert "merges" in out and "chunks/s" in out
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # the copies are gone
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_ab_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_ab_%'").fetchone()
     assert left == (0,)
 
 
@@ -114,7 +130,8 @@ def test_snippets_compares_search_with_and_without(server_dsn: str, capsys: pyte
     assert "| snippets p50 / p95 / mean ms | no snippets p50 / p95 / mean ms |" in out
     assert _differing(out) == [0, 0, 0], out
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_snip_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_snip_%'").fetchone()
     assert left == (0,)
 
 
@@ -147,7 +164,8 @@ def test_costs_runs_every_grouping_and_drops_its_database(server_dsn: str, capsy
     for by in ("flow", "model", "reader", "day"):
         assert re.search(rf"\| {by} \| 7d \| \d+ \| [0-9.]+ \| [0-9.]+ \| [0-9.]+x \|", out), out
     with psycopg.connect(server_dsn, autocommit=True) as conn:
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_costs_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_costs_%'").fetchone()
     assert left == (0,)
 
 
@@ -157,7 +175,21 @@ def test_runs_times_a_run_around_a_search(server_dsn: str, capsys: pytest.Captur
     assert "| reader | search p50 / mean | run p50 / mean | overhead p50 / mean |" in out, out
     assert len(re.findall(r"\| r(100|50|5) \| [0-9.]+ / [0-9.]+ \|", out)) == 3, out
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
-        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_runs_%'").fetchone()
+        left = conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_runs_%'").fetchone()
+    assert left == (0,)
+
+
+def test_chain_times_runs_with_and_without_the_audit_chain(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["chain", "--dsn", server_dsn, "--chunks", CHUNKS, "--queries", "6", "--repeat", "1",
+                 "--clients", "2", "--seconds", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "| reader | chain off p50 / mean | chain on p50 / mean | chain's overhead p50 / mean |" in out, out
+    assert len(re.findall(r"\| r(100|50|5) \| [0-9.]+ / [0-9.]+ \|", out)) == 6, out  # commit flushed or not
+    assert re.search(r"\| 2 \| \d+, [0-9.]+ / [0-9.]+ \| \d+, [0-9.]+ / [0-9.]+ \| [0-9.]+ \|", out), out
+    assert re.search(r"audit verify on the chain-on copy: [\d,]+ entries in [0-9.]+ s .*, verified", out), out
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its databases are gone
+        left = conn.execute("select count(*) from pg_database where datname like 'gk_bh_chain_%'").fetchone()
     assert left == (0,)
 
 
@@ -193,6 +225,30 @@ def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path
     assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first
 
 
+def test_embed_job_splits_the_commands_path(server_dsn: str, embed_home: Path, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """On four abstracts: every arm embeds the same texts (the job's and the command's own), the
+    database path alone stores them all, and the ratios are printed."""
+    monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))
+    (tmp_path / "qrels").mkdir()
+    texts = ["Mitochondria produce ATP.", "Insulin lowers blood glucose. " * 80, "Cats sleep.", "Vaccines train cells."]
+    (tmp_path / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": f"Title {i}", "text": t}) + "\n" for i, t in enumerate(texts)),
+        encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "energy"}) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td0\t1\n")
+    assert main(["embed-job", "--dsn", server_dsn, "--data", str(tmp_path), "--docs", "4", "--rounds", "1",
+                 "--batch", "2", "--batches", "2", "3"]) == 0
+    out = capsys.readouterr().out
+    arms = re.findall(r"^(bench texts|job texts|job, batch \d|groundkit embed --json|claim/store alone)\s+(\d+)",
+                      out, re.MULTILINE)
+    assert [a for a, _ in arms] == ["bench texts", "job texts", "job, batch 2", "job, batch 3",
+                                    "groundkit embed --json", "claim/store alone"], out
+    assert len({n for a, n in arms if a != "bench texts"}) == 1 and int(arms[1][1]) > 4  # the long text: >1 chunk
+    assert "tokens per CPU-second, job texts / bench texts:" in out and "claim/store alone, CPU ms per text" in out
+
+
 def test_dense_measures_recall_and_latency_by_visible_fraction(server_dsn: str,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dense", "--dsn", server_dsn, "--chunks", "1000", "--queries", "6", "--repeat", "1"]) == 0
@@ -203,11 +259,14 @@ def test_dense_measures_recall_and_latency_by_visible_fraction(server_dsn: str,
         recalls = [float(x) for x in row.strip("| ").split(" | ")[-2:]]
         assert all(0.5 <= r <= 1.0 for r in recalls), row
     with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
-        assert conn.execute("select count(*) from pg_database where datname like 'gk_bh_dense_%'").fetchone() == (0,)
+        assert conn.execute("select count(*) from pg_database where datname like"
+            " 'groundkit_scratch_bench_bh_dense_%'").fetchone() == (0,)
 
 
-def test_fusion_grid_on_a_tiny_collection(server_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fusion_grid_on_a_tiny_collection(server_dsn: str, embed_home: Path, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """BM25 and dense alone, then the grid, best first; search_hybrid agrees with the grid's RRF."""
+    monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))  # the model's export: the session's, not the user's
     docs = {"d1": ("Energy", "Mitochondria produce ATP by oxidative phosphorylation."),
             "d2": ("Diabetes", "Insulin lowers blood glucose."), "d3": ("Markets", "The stock market fell sharply."),
             "d4": ("Vaccines", "Vaccines train the immune system to fight infection.")}
@@ -262,3 +321,51 @@ def test_shards_fuses_two_databases_and_global_statistics_match_one(
     rows = {line.split("|")[1].strip(): line.split("|") for line in out.splitlines() if line.startswith("| ")}
     assert {"one database", "two shards, per-shard statistics", "two shards, global statistics"} <= set(rows)
     assert rows["two shards, global statistics"][2] == rows["one database"][2]  # the same nDCG@10
+
+
+def test_policy_counts_what_put_space_reads_and_writes(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["policy", "--dsn", server_dsn, "--chunks", "3000", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    rows = re.findall(r"\| (tiny|private-0|board-0) \| ([0-9,]+) \| ([0-9,]+) \| worktree \| [0-9,]+ "
+                      r"\| [0-9,]+ / [0-9,]+ \| ([0-9,]+) / ([0-9,]+) / [0-9,]+ \|", out)
+    assert [r[0] for r in rows] == ["tiny", "private-0", "board-0"], out
+    for _space, chunks, postings, wrote_postings, wrote_chunks in rows:
+        assert wrote_postings == postings and wrote_chunks == chunks  # each once
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        left = conn.execute("select count(*) from pg_database where datname like"
+                            " 'groundkit_scratch_bench_bh_policy_%'").fetchone()
+    assert left == (0,)
+
+
+def test_serve_guards_measures_the_timeouts_and_the_cap(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve-guards", "--dsn", server_dsn, "--objects", "5", "--pool-size", "2", "--clients", "4",
+                 "--pool-timeout", "0.5", "--lock-timeout", "0.5", "--hold", "20", "--header-timeout", "1",
+                 "--body-timeout", "1", "--tricklers", "3", "--body-tricklers", "2", "--extra", "2",
+                 "--max-connections", "5", "--gap", "0.1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"\| search, ACCESS EXCLUSIVE held on chunks \| .* \| 503 GK019 \(lock timeout\) \| \d+ \|", out)
+    assert re.search(r"\| headers, 1 byte per 0.1 s \| header_timeout 1 s \| answered 408, closed \| 3 \|", out), out
+    assert re.search(r"\| body, 1 byte per 0.1 s \| body_timeout 1 s \| closed \| 2 \|", out), out
+    assert re.search(r"\| connections while those are open \| max_connections 5 \| answered 503, closed \| 2 \|", out)
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        left = conn.execute("select count(*) from pg_database where datname like"
+                            " 'groundkit_scratch_bench_bh_guards_%'").fetchone()
+    assert left == (0,)
+
+
+def test_outbound_times_the_gate_and_the_scrubber(server_dsn: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """On a tiny collection, against its loopback server: each arm's figure, and the scrubber's per kind."""
+    (tmp_path / "qrels").mkdir()
+    (tmp_path / "corpus.jsonl").write_text("".join(
+        json.dumps({"_id": f"d{i}", "title": "", "text": f"Abstract {i}: mail a{i}@example.org or call "
+                    f"+1 415 555 01{i:02d}."}) + "\n" for i in range(12)), encoding="utf-8")
+    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "abstract"}) + "\n", encoding="utf-8")
+    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
+    assert main(["outbound", "--dsn", server_dsn, "--data", str(tmp_path), "--docs", "12", "--batch", "4",
+                 "--rounds", "1", "--calls", "2"]) == 0
+    out = capsys.readouterr().out
+    for arm in ("batch: provider alone", "batch: through the gate", "batch: through the gate, scrubbed",
+                "LLM call: transport alone", "LLM call: through the gate, scrubbed"):
+        assert re.search(rf"^{re.escape(arm)} +[0-9.]+ ms per", out, re.MULTILINE), out
+    assert "12 chunks in 3 batches of 4" in out and "member_names (1,000 members)" in out

@@ -8,6 +8,7 @@ import html
 import io
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -331,7 +332,7 @@ def test_revision_0016_drops_the_search_signature_before_citations(empty_dsn: st
         conn.execute("create function groundkit.search(reader_sub text, query text, k integer default 10,"
                      " content_types text[] default null, space_ids text[] default null)"
                      " returns table (object_id text) language sql as 'select null::text'")
-    groundkit.migrate(empty_dsn)
+    groundkit.migrate(empty_dsn, gate=False)
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         sigs = [r[0] for r in conn.execute("select oid::regprocedure::text from pg_proc"
                                            " where proname = 'search' and pronamespace = 'groundkit'::regnamespace")]
@@ -339,8 +340,11 @@ def test_revision_0016_drops_the_search_signature_before_citations(empty_dsn: st
         conn.execute("select * from groundkit.search('x', 'y')")  # five arguments or fewer: not ambiguous
 
 
-def test_demo_shows_a_jump_to_time_a_reply_found_through_its_thread_and_a_section_snippet(server_dsn: str) -> None:
-    result = runner.invoke(app, ["demo", "--dsn", server_dsn], env={"COLUMNS": "200"})
+def test_demo_shows_a_jump_to_time_a_reply_found_through_its_thread_and_a_section_snippet(
+        server_dsn: str, embed_home: Path) -> None:
+    # (GROUNDKIT_HOME: the local model the demo's hybrid section loads is exported there, once a session)
+    result = runner.invoke(app, ["demo", "--dsn", server_dsn],
+                           env={"COLUMNS": "200", "GROUNDKIT_HOME": str(embed_home)})
     assert result.exit_code == 0, result.output
     out = result.output
     assert "'blotchy cherry' -> at 12:41 of 'Finishing Clinic: Live Q&A'" in out

@@ -231,11 +231,13 @@ def test_ingest_streams_the_file(dsn: str, tmp_path: Path) -> None:
     assert every - quarter < (size - quarter_size) / 10, (every, quarter, size, quarter_size)
 
 
-def test_demo_runs_end_to_end(server_dsn: str) -> None:
+def test_demo_runs_end_to_end(server_dsn: str, embed_home: Path) -> None:
     """The main job: the demo on a real server, in its own database. Its closing hint shows the
-    DSN without the password (the test server trusts local logins, so any password connects)."""
+    DSN without the password (the test server trusts local logins, so any password connects).
+    With the embed extra (installed here), its hybrid section finds by meaning what BM25 cannot."""
     with_password = make_conninfo(server_dsn, password="Zx9DEMOSECRET")
-    result = runner.invoke(app, ["demo", "--dsn", with_password], env={"COLUMNS": "120"})
+    result = runner.invoke(app, ["demo", "--dsn", with_password],
+                           env={"COLUMNS": "120", "GROUNDKIT_HOME": str(embed_home)})
     assert result.exit_code == 0, result.output
     out = result.output
     assert "Zx9DEMOSECRET" not in out and "(with the password from PGPASSWORD or ~/.pgpass)" in out
@@ -246,6 +248,25 @@ def test_demo_runs_end_to_end(server_dsn: str) -> None:
     assert "'blotchy cherry' -> at 12:41 of 'Finishing Clinic: Live Q&A'" in out
     assert "a reply in the thread 'Budget dust collection for a one-car garage'" in out
     assert "Joinery 3: Hand-cut Dovetails \u203a Module 2: Sawing and chopping \u203a Chopping out the waste" in out
+    # hybrid: a paraphrase that shares no word with the post it means
+    assert "'breathing in sawdust' as tess: BM25 finds nothing (no chunk has these words); hybrid:" in out
+    assert "#1 Budget dust collection for a one-car garage (dense #1)" in out
+
+
+def test_demo_without_the_embed_extra_says_how_to_get_hybrid_in_one_line(server_dsn: str) -> None:
+    """Installed without extras (the README's first command), the demo skips its hybrid section
+    with one line naming the install command, and runs the rest. (onnxruntime is made
+    unimportable in the demo's own process.)"""
+    code = ("import sys; sys.modules['onnxruntime'] = None; from groundkit.cli import app; "
+            "sys.argv = ['groundkit', 'demo', '--dsn', sys.argv[1]]; app()")
+    done = subprocess.run([sys.executable, "-c", code, server_dsn], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "COLUMNS": "400"})
+    assert done.returncode == 0, done.stderr
+    section = done.stdout.split("6. Hybrid search")[1].split("7. The log")[0]
+    lines = [line for line in section.splitlines()[1:] if line.strip() and not line.startswith("─")]
+    assert lines == ["Skipped: the local embedding model needs onnxruntime: pip install torch==2.13.0 && pip install "
+                     "'groundkit[embed]'. With it, `groundkit dense enable` turns on hybrid search."], section
+    assert "checksum unchanged" in done.stdout
 
 
 def test_db_url_status_stop_manage_the_embedded_server(server_home: Path) -> None:

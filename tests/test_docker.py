@@ -29,7 +29,7 @@ def test_migrate_and_search_on_pgvector_image() -> None:
 
     with PostgresContainer("pgvector/pgvector:pg17", driver=None) as pg:
         dsn = pg.get_connection_url()
-        groundkit.migrate(dsn)
+        groundkit.migrate(dsn, gate=False)
         with Groundkit.connect(dsn) as gk:
             gk.put_member("ana", "T1")
             gk.put_space("commons")

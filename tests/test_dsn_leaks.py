@@ -34,9 +34,10 @@ MALFORMED = tuple(dsn for _label, dsn in MALFORMED_DSNS)
 # Commands that do not connect to the configured DSN: with GROUNDKIT_DSN set they must not
 # print it either. `db url` starts the embedded server, which the test of item 12 covers.
 NO_DSN: dict[str, list[str]] = {"db status": [], "db stop": []}
-NOT_RUN = {"db url"}
-# The servers start (and answer 503) while a readable DSN's database is down, so they run here
-# only with the DSNs libpq cannot read, which must stop them at once.
+NOT_RUN = {"db url", "audit keygen", "audit verify-bundle"}  # (no database: keys and bundles are files)
+# The servers run here only with the DSNs libpq cannot read, which must stop them at once (a
+# readable DSN's database that is down stops them too, at the gate's check; started with
+# --allow-ungated they start and answer 503: docs/governance.md).
 SERVERS: dict[str, list[str]] = {"serve mcp": ["--reader", "m1"], "serve http": ["--port", "18765"]}
 
 
@@ -65,6 +66,13 @@ def _objects(path: Path) -> Path:
 def _labels(path: Path) -> Path:
     path.write_text(json.dumps({"sample_id": "s1", "query": "kiln", "tier_rank": 0,
                                 "candidates": [{"object_id": "o1", "relevance": 1}]}) + "\n")
+    return path
+
+
+def _policy(path: Path) -> Path:
+    from groundkit.outbound.policy import default_policy
+
+    path.write_text(json.dumps(default_policy().document()))
     return path
 
 
@@ -101,7 +109,7 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "costs": [[], ["--json"]],
         "config add-flow": [["support"]],
         "config set-sample-rate": [["0.1"]],
-        "config set-sample-limit": [["100"]],
+        "config set-sample-limit": [["100", "--per", "1h"]],
         "eval export-samples": [["--out", str(tmp / "samples.jsonl")]],
         "replay": [[RUN_ID], [RUN_ID, "--json"]],
         "runs list": [[], ["--json"]],
@@ -114,7 +122,29 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "reindex": [["--model", "m1"]],
         "shadow-compare": [["--model", "m1", "--as", "m1", "--sampled", "5"]],
         "cutover": [["--model", "m1"]],
+        "outbound show": [[], ["--json"]],
+        "outbound history": [[]],
+        "outbound set": [[str(_policy(tmp / "policy.json")), "--reason", "r"]],
+        "outbound allow": [["cloud", "--max-tier", "T1", "--reason", "r"]],
+        "outbound close": [["cloud", "--reason", "r"]],
+        "outbound scrub": [["cloud", "email", "--reason", "r"]],
+        "outbound private-origin add": [["http://10.0.0.5:11434", "--reason", "r"]],
+        "outbound private-origin remove": [["http://10.0.0.5:11434", "--reason", "r"]],
+        "outbound decisions": [[], ["--json"]],
+        "audit checkpoint": [["--key", str(_key(tmp / "key.pem"))]],
+        "audit verify": [[]],
+        "audit ledger": [[]],
+        "runs export": [[RUN_ID, "--bundle", str(tmp / "run.json"), "--key", str(_key(tmp / "key2.pem"))]],
+        "dense enable": [[], ["--now", "--json"]],
+        "explain": [["--reader", "m1", "--object", "o1"], ["--reader", "m1", "--object", "o1", "--query", "kiln"]],
     }
+
+
+def _key(path: Path) -> Path:
+    from groundkit.audit import generate_key
+
+    path.write_bytes(generate_key()[0])
+    return path
 
 
 def _commands(group: typer.Typer, prefix: str = "") -> list[str]:

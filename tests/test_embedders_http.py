@@ -19,10 +19,35 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from groundkit import Groundkit
-from groundkit.embedders import EmbeddingModel, embedder_for
+from groundkit.embedders import Embedder, EmbeddingModel
+from groundkit.embedders import embedder_for as gated_embedder_for
 from groundkit.embedders.local import LocalOptions, LocalProvider
-from groundkit.embedders.rerank import reranker_for
+from groundkit.embedders.rerank import Reranker
+from groundkit.embedders.rerank import reranker_for as gated_reranker_for
 from groundkit.errors import EmbeddingProviderError
+from groundkit.outbound import gate
+from groundkit.outbound.policy import Allowance, ClassPolicy, default_policy
+
+# These tests are about the transports: a fixed outbound policy lets the loopback server (a
+# cloud endpoint to the policy) take anything, unscrubbed (tests/test_outbound.py tests the gate).
+OPEN = default_policy().with_class("cloud", ClassPolicy(allow=Allowance(private_spaces=True, owner_only=True,
+                                                                        queries=True)))
+
+
+def embedder_for(m: EmbeddingModel, **kw: Any) -> Embedder:
+    return gated_embedder_for(m, policy_from=OPEN, **kw)
+
+
+def reranker_for(options: dict[str, Any], **kw: Any) -> Reranker:
+    return gated_reranker_for(options, policy_from=OPEN, **kw)
+
+
+def local_embed(provider: LocalProvider, texts: list[str]) -> tuple[list[list[float]], int]:
+    """The local model's vectors and tokens, through the gate (as every provider call)."""
+    sent = gate.send("embed_documents", gate.Destination("local", None, "minilm"), texts,
+                     lambda t: gate.Answer(provider.embed(t, query=False)),
+                     provenance=gate.Provenance(unattributed=len(texts)))
+    return sent.result
 
 SECRET = "sk-test-5f2a9c7e1b3d4a6f8e0c"
 TEXTS = ["The cat sat on the mat.", "Insulin regulates glucose uptake.", "Markets fell.",
@@ -70,12 +95,12 @@ def server(model_provider: LocalProvider) -> Iterator[tuple[str, Script]]:
 
         def _answer(self, body: dict[str, Any]) -> dict[str, Any]:
             if self.path == "/rerank":
-                query = np.array(model_provider.embed([body["query"]], query=True)[0][0])
-                docs = np.array(model_provider.embed(body["documents"], query=False)[0])
+                query = np.array(local_embed(model_provider, [body["query"]])[0][0])
+                docs = np.array(local_embed(model_provider, body["documents"])[0])
                 logits = (docs @ query) * 10 - 3  # raw logits, as a cross-encoder answers them
                 order = np.argsort(-logits)[: body["top_n"]]
                 return {"results": [{"index": int(i), "relevance_score": float(logits[i])} for i in order]}
-            vectors, tokens = model_provider.embed(body["input"], query=False)
+            vectors, tokens = local_embed(model_provider, body["input"])
             if script.dimension is not None:
                 vectors = [v[: script.dimension] for v in vectors]
             if self.path == "/api/embed":
@@ -139,7 +164,7 @@ def test_vectors_come_back_in_order_batched(server: tuple[str, Script], model_pr
     else:  # each batch's items came in reverse order; their index puts them back
         answered = [item["embedding"] for a in script.answers for item in a["data"][::-1]]
     assert got == answered
-    alone = np.array(model_provider.embed(TEXTS, query=False)[0])  # other batches: int8 scales differ a little
+    alone = np.array(local_embed(model_provider, TEXTS)[0])  # other batches: int8 scales differ a little
     assert ((np.array(got) * alone).sum(axis=1) > 0.98).all()
     assert [len(r["body"]["input"]) for r in script.requests] == [2, 2, 1]
     path = "/api/embed" if provider == "ollama" else "/v1/embeddings"
@@ -166,7 +191,9 @@ def test_429_then_200_is_retried_after_retry_after(server: tuple[str, Script]) -
     from groundkit.embedders.http import provider_for
 
     provider = provider_for("openai", {"url": url, "model": "m", "backoff": 0.01}, sleep=slept.append)
-    vectors, _ = provider.embed(TEXTS[:2], query=False)
+    vectors = gate.send("embed_documents", gate.Destination("openai", url, "m"), TEXTS[:2],
+                        lambda t: gate.Answer(provider.embed(t, query=False)[0]),
+                        provenance=gate.Provenance(unattributed=2), policy_from=OPEN).result
     assert len(vectors) == 2 and len(script.requests) == 3
     assert slept == [1.0, 0.02]  # Retry-After, then the backoff of the second retry
 

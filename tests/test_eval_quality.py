@@ -114,7 +114,7 @@ class _Counting:
         self.model = EmbeddingModel(name="toy", provider="local", dimension=2, distance="cosine", recipe="titled")
         self.asked: list[str] = []
 
-    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed_documents(self, texts: Sequence[str], *, hashes: Sequence[bytes] | None = None) -> list[list[float]]:
         self.asked.extend(texts)
         return [[float(len(t)), 1.0] for t in texts]
 

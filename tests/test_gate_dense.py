@@ -34,8 +34,8 @@ def test_dense_section_fails_on_a_post_filter_free_leg(server_dsn: str, monkeypa
     """A dense leg that answers as the most privileged reader (no predicate of its own) leaks."""
     real = dense.dense_searcher
 
-    def leaky(gk, admin, mode):  # type: ignore[no-untyped-def]
-        inner = real(gk, admin, mode)
+    def leaky(gk, admin, mode, vectors=None):  # type: ignore[no-untyped-def]
+        inner = real(gk, admin, mode, vectors)
         return lambda reader_sub, query, k=10, content_types=None, space_ids=None: inner(
             "eli", query, k, content_types, space_ids)
 

@@ -18,6 +18,7 @@ from groundkit import Groundkit, replica_pair, tokens
 from groundkit.errors import NoFreshServer
 from groundkit.models import SearchMode
 from groundkit.replicas import FencedPool, connect_pool, covers
+from tests.governance_helpers import certify
 
 SECRET = "the members' price list for commissions"
 
@@ -29,7 +30,7 @@ def pair() -> Iterator[replica_pair.ReplicaPair]:
     except replica_pair.Unavailable as exc:
         pytest.skip(f"no server binaries for a primary and standby: {exc}")
     with made:
-        groundkit.migrate(made.primary_dsn)
+        groundkit.migrate(made.primary_dsn, gate=False)
         with Groundkit.connect(made.primary_dsn) as gk:
             gk.put_member("ana", "T1")
             gk.put_space("commons", "T0")
@@ -286,6 +287,7 @@ def test_status_reports_the_replica_and_check_alerts_past_the_threshold(
 
     with connect_pool(pair.primary_dsn, [pair.standby_dsn]) as pool:
         pool.search("ana", "price list commissions")
+    certify(pair.primary_dsn)  # (status --check also alerts on an uncertified configuration)
     args = ["status", "--dsn", pair.primary_dsn, "--replica", pair.standby_dsn, "--check",
             "--replay-lag-alert-s", "0.5"]
     runner = CliRunner()
@@ -304,6 +306,70 @@ def test_status_reports_the_replica_and_check_alerts_past_the_threshold(
         assert any("behind" in a for a in body["alerts"])
     finally:
         pair.resume_replay()
+
+
+def _status(dsn: str, *extra: str) -> tuple[int, str]:
+    from typer.testing import CliRunner
+
+    from groundkit.cli.main import app
+
+    got = CliRunner().invoke(app, ["status", "--dsn", dsn, "--check", *extra])
+    return got.exit_code, got.output
+
+
+def test_status_check_fails_while_an_app_table_behind_reader_authority_lacks_the_fence_trigger(
+        gk: Groundkit, dsn: str) -> None:
+    """An app maps reader_authority over its own tables, through a view of its own: until each
+    table carries the authority_changed() trigger, the fence cannot see a revocation there, and
+    `status --check` fails naming the table and the statement that fixes it."""
+    certify(dsn)  # a certified configuration: the gate ledger's own check passes
+    assert _status(dsn)[0] == 0  # the default mapping reads groundkit.members, which has it
+    raw = gk.conn
+    raw.execute("create schema app")
+    raw.execute("create table app.accounts (sub text primary key, plan_id int, state text)")
+    raw.execute("create table app.plans (id int primary key, tier text)")
+    raw.execute("create view app.memberships as select a.sub, p.tier, a.state"
+                " from app.accounts a join app.plans p on p.id = a.plan_id")
+    raw.execute("insert into app.plans values (1, 'T0'), (2, 'T2')")
+    raw.execute("insert into app.accounts values ('ana', 2, 'active')")
+    raw.execute("grant usage on schema app to groundkit_owner")
+    raw.execute("grant select on app.accounts, app.plans, app.memberships to groundkit_owner")
+    raw.execute("create or replace view groundkit.reader_authority as"
+                " select sub as member_sub, tier, state as status from app.memberships")
+    raw.commit()
+
+    code, output = _status(dsn)
+    assert code == 1, output
+    assert "app.accounts" in output and "app.plans" in output and "app.memberships" not in output
+    assert ("create constraint trigger accounts_authority after insert or update or delete on app.accounts"
+            in " ".join(output.split()))
+    code, output = _status(dsn, "--json")
+    gaps = json.loads(output)["replication"]["fence_gaps"]
+    assert code == 1 and [g["relation"] for g in gaps] == ["app.accounts", "app.plans"]
+
+    # one table fixed: still failing, for the other one only
+    raw.execute(gaps[0]["fix"])
+    raw.commit()
+    code, output = _status(dsn, "--json")
+    assert code == 1 and [g["relation"] for g in json.loads(output)["replication"]["fence_gaps"]] == ["app.plans"]
+    # a trigger for inserts alone does not cover a revocation (an update or a delete)
+    raw.execute("create constraint trigger plans_inserts after insert on app.plans deferrable initially deferred"
+                " for each row execute function groundkit.authority_changed()")
+    raw.commit()
+    assert _status(dsn)[0] == 1
+    raw.execute(gaps[1]["fix"])
+    raw.commit()
+    code, output = _status(dsn)
+    assert code == 0, output
+    # and the statement works: a revocation in the app's table now advances the position
+    before = _position(gk)
+    raw.execute("update app.accounts set state = 'suspended' where sub = 'ana'")
+    raw.commit()
+    assert _position(gk) > before
+    # a disabled trigger is no trigger
+    raw.execute("alter table app.accounts disable trigger accounts_authority")
+    raw.commit()
+    assert _status(dsn)[0] == 1
 
 
 def test_no_password_in_the_errors_of_an_unreachable_primary(pair: replica_pair.ReplicaPair) -> None:

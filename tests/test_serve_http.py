@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 
 import httpx
+import psycopg
 import pytest
 from psycopg.conninfo import make_conninfo
 
@@ -120,7 +122,8 @@ def test_a_request_waiting_too_long_for_a_connection_gets_503(dsn: str, world: G
         try:
             assert held.wait(10)
             r = _search(url, token, {"query": "pricing"})
-            assert r.status_code == 503 and r.json()["code"] == "unavailable"
+            assert r.status_code == 503 and r.json()["code"] == "GK019"
+            assert "no connection came free" in r.json()["message"]
         finally:
             release.set()
             holder.join()
@@ -186,3 +189,109 @@ def test_citation_reads_as_the_token_member_and_hides_what_they_may_not_see(api:
     assert httpx.get(f"{api}/v1/citations/open-1/x/0", headers=auth).json()["code"] == "GK005"
     assert httpx.get(f"{api}/v1/citations/open-1/1/0").status_code == 401
     assert "/v1/citations/{object_id}/{version}/{chunk_seq}" in httpx.get(f"{api}/openapi.json").json()["paths"]
+
+
+# -- statement and lock timeouts on the pooled connections (issue 50, item 7) -------------------
+
+
+@pytest.mark.parametrize(("lock_timeout", "statement_timeout", "reason"), [
+    (0.5, 0, "a lock timeout"),
+    (0, 0.5, "a statement timeout"),
+])
+def test_a_request_on_a_pooled_connection_gets_503_gk019_under_a_held_lock(
+        dsn: str, world: Groundkit, lock_timeout: float, statement_timeout: float, reason: str) -> None:
+    """A rebuild-like ACCESS EXCLUSIVE lock on chunks: a search on a connection the pool already
+    holds ends with 503 GK019 at the timeout instead of waiting for the lock (the client would
+    give up after 30 s; the lock is held until the answer is in)."""
+    token = tokens.create_token(world, "t1")
+    service = ReadService(dsn, pool_size=1, lock_timeout=lock_timeout, statement_timeout=statement_timeout)
+    with serving(create_app(service)) as url:
+        assert _search(url, token, {"query": "pricing"}).status_code == 200  # the one connection, pooled
+        with psycopg.connect(dsn) as holder:
+            holder.execute("lock table groundkit.chunks in access exclusive mode")
+            r = _search(url, token, {"query": "pricing"})
+            assert r.status_code == 503, r.text
+            assert r.json()["code"] == "GK019" and reason in r.json()["message"]
+            assert r.headers["content-type"] == "application/json"
+        assert _ids(_search(url, token, {"query": "pricing commissions"})) == {"open-1", "members-1"}
+
+
+# -- input hygiene (issue 50, item 9) -----------------------------------------------------------
+
+
+def _auth(world: Groundkit, member: str = "t1") -> dict[str, str]:
+    return {"Authorization": f"Bearer {tokens.create_token(world, member)}"}
+
+
+def test_a_body_nested_30000_deep_is_400_gk005_logged_once_briefly(
+        api: str, world: Groundkit, caplog: pytest.LogCaptureFixture) -> None:
+    body = b'{"query": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"
+    headers = _auth(world)
+    uvicorn_log = logging.getLogger("uvicorn")  # it does not propagate: listen to it too
+    uvicorn_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.DEBUG):
+            r = httpx.post(f"{api}/v1/search", content=body, headers=headers, timeout=30)
+    finally:
+        uvicorn_log.removeHandler(caplog.handler)
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "GK005" and "deeper than 32" in r.json()["message"]
+    served = [rec for rec in caplog.records if rec.name.startswith(("groundkit", "uvicorn"))]
+    assert len(served) <= 1, [rec.getMessage() for rec in served]
+    assert all(rec.exc_info is None and "\n" not in rec.getMessage() for rec in served)
+
+
+@pytest.mark.parametrize("path", ["/v1/search?reader=t2", "/v1/search?k=50", "/v1/search?"])
+def test_a_query_string_on_post_search_is_refused(api: str, world: Groundkit, path: str) -> None:
+    r = httpx.post(f"{api}{path}", json={"query": "pricing"}, headers=_auth(world))
+    if path.endswith("?"):  # an empty query string is no parameter
+        assert r.status_code == 200, r.text
+        return
+    assert r.status_code == 400 and r.json()["code"] == "GK005" and "query-string" in r.json()["message"]
+
+
+def test_a_query_string_on_a_citation_is_refused(api: str, world: Groundkit) -> None:
+    r = httpx.get(f"{api}/v1/citations/open-1/1/0?reader=t2", headers=_auth(world))
+    assert r.status_code == 400 and r.json()["code"] == "GK005" and "query-string" in r.json()["message"]
+
+
+@pytest.mark.parametrize("k", ["5", 5.0, True, False, None, [5], {"k": 5}])
+def test_k_must_be_a_json_integer(api: str, world: Groundkit, k: object) -> None:
+    r = _search(api, tokens.create_token(world, "t1"), {"query": "pricing", "k": k})
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "GK005" and r.json()["message"].startswith("k:")
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b'{"query": "pricing", "k": 5, "k": 50}', "'k' appears twice"),
+    (b'{"query": "pricing", "query": "rates"}', "'query' appears twice"),
+    (b'{"query": "pricing", "space_ids": ["open"], "content_types": [], "space_ids": ["vault"]}', "twice"),
+    (b'{"query": "pricing", "k": NaN}', "NaN is not a JSON number"),
+    (b'{"query": "pricing", "k": Infinity}', "Infinity is not a JSON number"),
+    (b'{"query": "pricing"} trailing', "must be JSON"),
+    (b'\xff{"query": "pricing"}', "must be JSON"),
+])
+def test_duplicate_keys_and_non_json_are_refused(api: str, world: Groundkit, body: bytes, said: str) -> None:
+    r = httpx.post(f"{api}/v1/search", content=body, headers=_auth(world))
+    assert r.status_code == 400 and r.json()["code"] == "GK005", r.text
+    assert said in r.json()["message"]
+
+
+@pytest.mark.parametrize(("query", "said"), [
+    ("k=5&k=50", "k: given more than once"), ("mode=top&mode=latest", "mode: given more than once"),
+    ("k=5.0", "k: must be a whole number"), ("k=%2B5", "k: must be a whole number"),
+    ("k=1_0", "k: must be a whole number"), ("k=true", "k: must be a whole number"),
+])
+def test_home_parameters_are_strict_too(api: str, world: Groundkit, query: str, said: str) -> None:
+    r = httpx.get(f"{api}/v1/home?{query}", headers=_auth(world))
+    assert r.status_code == 400 and r.json()["code"] == "GK005", r.text
+    assert said in r.json()["message"]
+    assert httpx.get(f"{api}/v1/home?k=5&mode=top", headers=_auth(world)).status_code == 200
+
+
+def test_citation_path_numbers_are_decimal_digits(api: str, world: Groundkit) -> None:
+    auth = _auth(world)
+    assert httpx.get(f"{api}/v1/citations/open-1/1/0", headers=auth).status_code == 200
+    for path in ("open-1/1.0/0", "open-1/%2B1/0", "open-1/1/0_0"):
+        r = httpx.get(f"{api}/v1/citations/{path}", headers=auth)
+        assert r.status_code == 400 and r.json()["code"] == "GK005", (path, r.text)

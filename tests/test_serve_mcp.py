@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import anyio
 import httpx
+import psycopg
 import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
@@ -23,6 +24,7 @@ from groundkit import Groundkit, tokens
 from groundkit.serve.background import serving
 from groundkit.serve.mcp import http_app
 from groundkit.serve.service import ReadService
+from tests.governance_helpers import certify
 
 T = TypeVar("T")
 GROUNDKIT = Path(sys.executable).with_name("groundkit")
@@ -51,6 +53,7 @@ def _error(result: CallToolResult) -> dict[str, Any]:
 
 
 def _stdio(dsn: str, reader: str, session: Callable[[Client], Awaitable[T]]) -> T:
+    certify(dsn)  # serve refuses a configuration no gate certified (docs/governance.md)
     params = StdioServerParameters(command=str(GROUNDKIT), args=["serve", "mcp", "--reader", reader, "--dsn", dsn])
 
     async def main() -> T:
@@ -183,3 +186,157 @@ def test_cli_needs_a_reader_over_stdio_and_refuses_one_over_http(dsn: str) -> No
     assert no_reader.exit_code == 1 and "--reader is required" in no_reader.stderr
     http_reader = runner.invoke(app, ["serve", "mcp", "--transport", "http", "--reader", "t1", "--dsn", dsn])
     assert http_reader.exit_code == 1 and "bearer token" in http_reader.stderr
+
+
+# -- a session belongs to the member whose token opened it (issue 50, item 1) -------------------
+
+
+class _Wire:
+    """What the SDK's client sent and got over HTTP: its session id, the headers it sends with
+    each request, and the JSON-RPC ids of its tool calls."""
+
+    def __init__(self) -> None:
+        self.session_id: str | None = None
+        self.protocol_version: str | None = None
+        self.call_ids: list[int | str] = []
+
+    async def on_request(self, request: Any) -> None:
+        self.protocol_version = request.headers.get("mcp-protocol-version") or self.protocol_version
+        if request.method == "POST":
+            message = json.loads(request.content)
+            if message.get("method") == "tools/call":
+                self.call_ids.append(message["id"])
+
+    async def on_response(self, response: Any) -> None:
+        self.session_id = response.headers.get("mcp-session-id") or self.session_id
+
+
+def _waiting_on_a_lock(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("select count(*) from pg_stat_activity where datname = current_database()"
+                           " and wait_event_type = 'Lock' and query like '%search%'").fetchone()
+    return row is not None and row[0] > 0
+
+
+def _session_headers(wire: _Wire, token: str, session_id: str | None = None) -> dict[str, str]:
+    headers = {"Authorization": f"Bearer {token}", "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json", "mcp-session-id": session_id or wire.session_id or ""}
+    if wire.protocol_version:
+        headers["mcp-protocol-version"] = wire.protocol_version
+    return headers
+
+
+def test_mcp_session_is_bound_to_the_member_who_opened_it(dsn: str, world: Groundkit) -> None:
+    """t2 (who may read the private vault) has a search in flight on session S, held on a lock.
+    t1, with t1's own valid token, replays S: the same JSON-RPC id on POST, a GET stream, a
+    DELETE. Each is a 404 exactly like an unknown session's, and changes nothing: t2's call
+    returns t2's hits to t2, and S goes on serving t2."""
+    owner, intruder = tokens.create_token(world, "t2"), tokens.create_token(world, "t1")
+    wire = _Wire()
+    with serving(http_app(ReadService(dsn, pool_size=4, lock_timeout=120.0))) as base:
+        url = f"{base}/mcp"
+
+        async def main() -> None:
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {owner}"})
+            http.event_hooks = {"request": [wire.on_request], "response": [wire.on_response]}
+            # mode legacy: the handshake-era protocol, whose sessions carry an mcp-session-id (the
+            # 2026-07-28 protocol the SDK's client picks by default has none to replay)
+            async with http, Client(streamable_http_client(url, http_client=http), mode="legacy") as client:
+                assert "vault-1" in await _search_pricing(client)
+                answer: dict[str, set[str]] = {}
+
+                async def in_flight() -> None:
+                    answer["ids"] = await _search_pricing(client)
+
+                holder = psycopg.connect(dsn)  # (a moment of blocking the loop: the server runs in its own thread)
+                try:
+                    holder.execute("lock table groundkit.chunks in access exclusive mode")
+                    async with anyio.create_task_group() as tg:
+                        tg.start_soon(in_flight)
+                        with anyio.fail_after(60):
+                            while not await anyio.to_thread.run_sync(_waiting_on_a_lock, dsn):
+                                await anyio.sleep(0.05)
+                        await _intrude(url, wire, intruder)
+                        holder.rollback()  # t2's search goes on
+                finally:
+                    holder.close()
+                assert answer["ids"] == {"open-1", "members-1", "vault-1"}  # t2's answer, to t2
+                assert await _search_pricing(client) == {"open-1", "members-1", "vault-1"}  # S still serves t2
+
+        anyio.run(main)
+
+
+async def _intrude(url: str, wire: _Wire, intruder: str) -> None:
+    """t1's requests on t2's session: each must be the unknown session's 404."""
+    assert wire.session_id is not None and wire.call_ids
+    call = {"jsonrpc": "2.0", "id": wire.call_ids[-1], "method": "tools/call",
+            "params": {"name": "search", "arguments": {"query": "pricing commissions"}}}
+    async with httpx.AsyncClient(timeout=30) as h:
+        unknown = await h.post(url, json=call, headers=_session_headers(wire, intruder, "0" * 32))
+        assert unknown.status_code == 404
+        async with h.stream("POST", url, json=call, headers=_session_headers(wire, intruder)) as replay:
+            assert replay.status_code == 404
+            assert (await replay.aread()) == unknown.content
+        async with h.stream("GET", url, headers=_session_headers(wire, intruder)) as stream:
+            assert stream.status_code == 404
+        deleted = await h.delete(url, headers=_session_headers(wire, intruder))
+        assert deleted.status_code == 404 and deleted.content == unknown.content
+
+
+# -- timeouts and input hygiene over MCP (issue 50, items 7 and 9) ------------------------------
+
+
+def test_mcp_tool_call_under_a_held_lock_is_a_gk019_tool_error(dsn: str, world: Groundkit) -> None:
+    token = tokens.create_token(world, "t1")
+    with serving(http_app(ReadService(dsn, pool_size=1, lock_timeout=0.5))) as base:
+        async def session(client: Client) -> None:
+            assert await _search_pricing(client) == {"open-1", "members-1"}  # the connection is pooled now
+            holder = psycopg.connect(dsn)  # (a moment of blocking the loop: the server runs in its own thread)
+            try:
+                holder.execute("lock table groundkit.chunks in access exclusive mode")
+                with anyio.fail_after(60):  # without the timeout, the call waits for the lock
+                    error = _error(await client.call_tool("search", {"query": "pricing commissions"}))
+            finally:
+                holder.close()
+            assert error["code"] == "GK019" and "lock timeout" in error["message"]
+            assert await _search_pricing(client) == {"open-1", "members-1"}
+
+        anyio.run(_http_session, f"{base}/mcp", token, session)
+
+
+def test_mcp_tool_arguments_are_strict_json_types(mcp_url: str, world: Groundkit) -> None:
+    """The SDK's own MCPServer would coerce or ignore these; groundkit's tools refuse them."""
+    async def session(client: Client) -> None:
+        for k in ("5", 5.0, True):
+            error = _error(await client.call_tool("search", {"query": "pricing", "k": k}))
+            assert error["code"] == "GK005" and error["message"].startswith("k:"), (k, error)
+        for args in ({"query": "pricing", "reader": "t2"}, {"query": "pricing", "reader_sub": "t2"},
+                     {"query": 5}, {"query": "pricing", "content_types": "board_post"}):
+            assert _error(await client.call_tool("search", args))["code"] == "GK005", args
+        assert _error(await client.call_tool("home", {"k": "5"}))["code"] == "GK005"
+        assert _error(await client.call_tool("fetch_citation", {"object_id": "open-1", "version": "1",
+                                                                "chunk_seq": 0}))["code"] == "GK005"
+        assert await _search_pricing(client) == {"open-1", "members-1"}
+
+    anyio.run(_http_session, mcp_url, tokens.create_token(world, "t1"), session)
+
+
+def _rpc(body: bytes) -> bytes:
+    return b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "search", ' + body + b"}}"
+
+
+@pytest.mark.parametrize(("path", "body", "said"), [
+    ("/mcp?reader=t2", _rpc(b'"arguments": {"query": "pricing"}'), "query-string"),
+    ("/mcp", _rpc(b'"arguments": {"query": "pricing", "k": 5, "k": 50}'), "'k' appears twice"),
+    ("/mcp", _rpc(b'"arguments": {"query": "pricing"}, "arguments": {"query": "rates"}'), "'arguments' appears twice"),
+    ("/mcp", _rpc(b'"arguments": {"query": ' + b"[" * 30_000 + b"]" * 30_000 + b"}"), "deeper than 32"),
+    ("/mcp", _rpc(b'"arguments": {"query": "pricing", "k": NaN}'), "NaN"),
+])
+def test_mcp_http_refuses_query_strings_duplicate_keys_and_deep_bodies(
+        mcp_url: str, world: Groundkit, path: str, body: bytes, said: str) -> None:
+    base = mcp_url.removesuffix("/mcp")
+    headers = {"Authorization": f"Bearer {tokens.create_token(world, 't1')}", "Content-Type": "application/json",
+               "Accept": "application/json, text/event-stream"}
+    r = httpx.post(f"{base}{path}", content=body, headers=headers, timeout=30)
+    assert r.status_code == 400, r.text
+    assert r.json()["code"] == "GK005" and said in r.json()["message"]

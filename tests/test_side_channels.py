@@ -165,7 +165,7 @@ def test_revision_0013_drops_the_pending_counts_by_rank_alone(empty_dsn: str) ->
         conn.execute("create function groundkit._pending_dfs(p_terms text[], p_rank integer)"
                      " returns table (term text, df bigint, present boolean) language sql as"
                      " 'select null::text, 0::bigint, false'")
-    groundkit.migrate(empty_dsn)
+    groundkit.migrate(empty_dsn, gate=False)
     with psycopg.connect(empty_dsn, autocommit=True) as conn:
         rows = conn.execute("select oid::regprocedure::text from pg_proc where proname = '_pending_dfs'").fetchall()
     assert rows == [("groundkit._pending_dfs(text[],integer,bigint[])",)]

@@ -22,6 +22,7 @@ import groundkit
 from groundkit import Groundkit, PgvectorMissing
 from groundkit.dense import build_hnsw_index
 from groundkit.errors import from_psycopg
+from tests.governance_helpers import certify
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -54,7 +55,7 @@ def pg15_dsn() -> Iterator[str]:
 
 
 def test_everything_but_dense_works_on_postgres_15_without_pgvector(pg15_dsn: str) -> None:
-    state = groundkit.migrate(pg15_dsn)
+    state = groundkit.migrate(pg15_dsn, gate=False)
     assert state.up_to_date
     with Groundkit.connect(pg15_dsn) as gk:
         version = gk.conn.execute("select current_setting('server_version_num')::int as v").fetchone()
@@ -84,7 +85,7 @@ def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: st
     from groundkit.errors import PgvectorMissing
 
     cli = [sys.executable, "-c", "from groundkit.cli import app; app()"]
-    groundkit.migrate(pg15_dsn)
+    groundkit.migrate(pg15_dsn, gate=False)
     with Groundkit.connect(pg15_dsn) as gk:
         gk.put_member("cy", "T0")
         gk.put_space("dense-commons")
@@ -93,12 +94,13 @@ def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: st
             with pytest.raises(PgvectorMissing, match="pgvector"):
                 gk.search("cy", "kiln", mode=mode)
         assert [h.object_id for h in gk.search("cy", "kiln")] == ["d1"]
-    for args in (["embed"], ["embed", "--model", "m"], ["search", "kiln", "--as", "cy", "--mode", "dense"],
-                 ["models", "list"], ["cutover", "--model", "m"]):
+    for args in (["embed"], ["embed", "--model", "m"], ["dense", "enable"],
+                 ["search", "kiln", "--as", "cy", "--mode", "dense"], ["models", "list"], ["cutover", "--model", "m"]):
         done = subprocess.run([*cli, *args, "--dsn", pg15_dsn], capture_output=True, text=True, timeout=120)
         assert done.returncode == 1, (args, done.stderr)
         assert "error [GK008]" in done.stderr and "pgvector" in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
+    certify(pg15_dsn)  # (status --check also alerts on an uncertified configuration)
     status = subprocess.run([*cli, "status", "--check", "--dsn", pg15_dsn], capture_output=True, text=True,
                             timeout=120)
     assert status.returncode == 0, status.stderr
@@ -115,7 +117,7 @@ def test_dense_commands_fail_with_gk008_and_status_says_unavailable(pg15_dsn: st
 def test_every_dense_function_raises_pgvector_missing_on_postgres_15(pg15_dsn: str) -> None:
     """GK008 from each dense function, named by the contract; the searches are stubs taking the
     query embedding as text (an untyped literal, as a client without pgvector's types sends it)."""
-    groundkit.migrate(pg15_dsn)
+    groundkit.migrate(pg15_dsn, gate=False)
     calls = [
         "select groundkit.add_embedding_model('m', 'local', 3)",
         "select * from groundkit.list_embedding_models()",

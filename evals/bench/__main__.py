@@ -11,15 +11,20 @@
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
+    serve-guards  the servers' timeouts: a search under a held lock, clients that trickle, connections over the cap
     runs          the overhead of a run (gk.run + run.search) over the bare search at k = 10
+    chain         the audit chain's cost on a run around a search (one client, concurrent clients), and verify's
+    gated         groundkit migrate and groundkit cutover with their gate against the bare change
     costs         groundkit costs (groundkit.cost_summary) over 1M metered calls, index vs seq scan
     telemetry     what spans and the sampler's draw cost a search: no package, the API alone, the SDK
     fusion        BM25 and dense fused (RRF, score; weights, depth, match gate) on BEIR collections: nDCG@10
     embed         the local embedding model's docs/s and nDCG@10 on SciFact, per variant, and PyTorch's
     embed-job     groundkit embed's job (claim, embed, store, commit) against the provider alone
     dense         the dense leg: HNSW recall@10 against the exact scan and latency, at 100 %, 10 %, 1 % visible
+    policy        put_space flipping a space's policy at 100k chunks: time, rows read and written, two revisions
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
     shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
+    outbound      the outbound gate's cost per embedding batch and per LLM call (loopback), the scrubber's per chunk
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
 """
@@ -31,20 +36,25 @@ from collections.abc import Callable, Sequence
 
 from evals.bench import (
     ab,
+    chain,
     chunking,
     costs,
     dense,
     embed,
     embed_job,
     fusion,
+    gated,
     home,
     http,
     ingest,
     ingest_dir,
+    outbound,
+    policy,
     profile,
     replicas,
     runs,
     search,
+    serve_guards,
     shards,
     sidechannel,
     snippets,
@@ -64,15 +74,20 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "snippets": snippets.main,
     "home": home.main,
     "http": http.main,
+    "serve-guards": serve_guards.main,
     "costs": costs.main,
     "runs": runs.main,
+    "chain": chain.main,
+    "gated": gated.main,
     "telemetry": telemetry.main,
     "fusion": fusion.main,
     "embed": embed.main,
     "embed-job": embed_job.main,
     "dense": dense.main,
+    "policy": policy.main,
     "replicas": replicas.main,
     "shards": shards.main,
+    "outbound": outbound.main,
 }
 
 

@@ -22,6 +22,7 @@ from psycopg.conninfo import make_conninfo
 
 import groundkit
 from evals.bench.corpus import CHUNK_CHARS, CHUNK_OVERLAP, N_OWNERS, N_PRIVATE, Corpus, Obj
+from groundkit.databases import ScratchDatabases, drop_database
 
 # reader -> tier: r100 sees ~100 % of the corpus (with every private board's grant), r50 ~50 %, r5 ~5 %
 READERS = {"r100": "T3", "r50": "T1", "r5": "T0"}
@@ -92,47 +93,50 @@ def server(dsn: str | None) -> Iterator[str]:
 
 
 def setup_db(server_dsn: str, name: str) -> str:
-    """A new, migrated database ``name`` (dropped first if it exists); its DSN."""
+    """A new, migrated database ``name`` (a kept benchmark database: a previous one of that name is
+    dropped first, unless a session is connected to it, as another benchmark run using it would be:
+    ScratchDatabaseInUse); its DSN."""
     drop_db(server_dsn, name)
     with psycopg.connect(server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
     dsn = make_conninfo(server_dsn, dbname=name)
-    groundkit.migrate(dsn)
+    groundkit.migrate(dsn, gate=False)
     return dsn
 
 
 def drop_db(server_dsn: str, name: str) -> None:
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
+    """Drop database ``name`` if it exists, never while a session is connected to it."""
+    drop_database(server_dsn, name)
 
 
 @contextmanager
 def scratch_db(server_dsn: str, label: str, keep: bool = False) -> Iterator[str]:
-    """A new migrated database named after ``label`` for one measurement, dropped on exit unless ``keep``."""
-    name = f"gk_{label}_{uuid.uuid4().hex[:8]}"
-    dsn = setup_db(server_dsn, name)
-    log(f"database {name}")
-    try:
+    """A new migrated database named after ``label`` for one measurement, this run's own and dropped
+    on exit (groundkit/databases.py: a concurrent benchmark's are left alone, a killed one's are
+    dropped); with ``keep``, a database ``gk_<label>_<8 hex>`` that stays."""
+    if keep:
+        name = f"gk_{label}_{uuid.uuid4().hex[:8]}"
+        dsn = setup_db(server_dsn, name)
+        log(f"database {name} (kept)")
         yield dsn
-    finally:
-        if not keep:
-            drop_db(server_dsn, name)
+        return
+    with ScratchDatabases(server_dsn, f"bench_{label}", log) as scratch:
+        dsn = scratch.create()
+        groundkit.migrate(dsn, gate=False)
+        log(f"database {scratch.name()}")
+        yield dsn
 
 
 @contextmanager
 def copy_of(server_dsn: str, kept: str, label: str) -> Iterator[str]:
     """A throwaway copy of the kept benchmark database ``kept`` (a file copy: none of its pages is in
-    shared_buffers yet), dropped on exit; yields its DSN. The kept database is not touched."""
-    copy = f"gk_{label}_{uuid.uuid4().hex[:8]}"
-    t0 = time.perf_counter()
-    with psycopg.connect(server_dsn, autocommit=True) as conn:
-        conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
-            sql.Identifier(copy), sql.Identifier(kept)))
-    log(f"copied {kept} in {time.perf_counter() - t0:.0f} s")
-    try:
-        yield make_conninfo(server_dsn, dbname=copy)
-    finally:
-        drop_db(server_dsn, copy)
+    shared_buffers yet), this run's own, dropped on exit; yields its DSN. The kept database is not
+    touched (nobody may be connected to it while it is copied)."""
+    with ScratchDatabases(server_dsn, f"bench_{label}", log) as scratch:
+        t0 = time.perf_counter()
+        dsn = scratch.create(template=kept)
+        log(f"copied {kept} in {time.perf_counter() - t0:.0f} s")
+        yield dsn
 
 
 def kept_database_args(ap: argparse.ArgumentParser, chunks: int = 100_000, queries: int = 100) -> None:

@@ -99,9 +99,17 @@ def ndcg_at_10(doc_vectors: Matrix, ids: list[str], query_vectors: Matrix, qids:
 
 def local_variant(options: dict[str, Any]) -> Embed:
     from groundkit.embedders.local import LocalOptions, LocalProvider
+    from groundkit.outbound import gate
 
     provider = LocalProvider(LocalOptions.model_validate(options))
-    return lambda texts: provider.embed_array(texts)[0]
+
+    def embed(texts: Sequence[str]) -> Matrix:
+        # through the outbound gate, as every provider call (the default policy: local takes anything)
+        return gate.send("embed_documents", gate.Destination("local", None, "minilm"), list(texts),
+                         lambda t: gate.Answer(provider.embed_array(t)[0]),
+                         provenance=gate.Provenance(unattributed=len(texts))).result
+
+    return embed
 
 
 def pytorch_variant() -> Embed | None:

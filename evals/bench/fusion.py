@@ -39,13 +39,13 @@ import numpy as np
 import groundkit
 from evals.bench.common import log
 from groundkit.client import Groundkit, resolve_dsn
-from groundkit.databases import fresh_database
+from groundkit.databases import ScratchDatabases
 from groundkit.quality.datasets import Collection, load_collection
 from groundkit.quality.dense import prepare_dense
 from groundkit.quality.harness import READER, load_into_groundkit
 from groundkit.quality.metrics import evaluate, per_query
 
-DATABASE = "groundkit_bench_fusion"
+PURPOSE = "bench_fusion"
 DEPTH = 200  # each leg's list, read once; the grid reads it to `depth`
 
 Ranked = list[tuple[str, float]]  # doc id, score; best first
@@ -214,12 +214,14 @@ def main(argv: Sequence[str]) -> int:
     for path in args.dataset:
         collection = load_collection(path)
         log(f"{collection.name}: loading and embedding")
-        dsn = fresh_database(server, DATABASE)
-        groundkit.migrate(dsn)
-        load_into_groundkit(dsn, collection, chunk_chars=args.chunk_chars, chunk_overlap=args.chunk_overlap)
-        prepare_dense(dsn, args.embedding_cache)
-        leg = legs(dsn, collection)
-        in_sql, here = sql_agrees(dsn, leg, DEFAULT)
+        # a database of this run's own, dropped after its legs are read (groundkit/databases.py)
+        with ScratchDatabases(server, PURPOSE, log) as scratch:
+            dsn = scratch.create()
+            groundkit.migrate(dsn, gate=False)
+            load_into_groundkit(dsn, collection, chunk_chars=args.chunk_chars, chunk_overlap=args.chunk_overlap)
+            prepare_dense(dsn, args.embedding_cache)
+            leg = legs(dsn, collection)
+            in_sql, here = sql_agrees(dsn, leg, DEFAULT)
         log(f"{collection.name}: search_hybrid ({label(DEFAULT)}) nDCG@10 {in_sql:.4f}, "
             f"the same fusion here {here:.4f}")
         all_legs.append(leg)

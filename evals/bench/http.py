@@ -94,11 +94,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(dsn: str, port: int, pool_size: int) -> subprocess.Popen[bytes]:
+def start_server(dsn: str, port: int, pool_size: int, options: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+    """``groundkit serve http`` as its own process on loopback (``options``: more of its options),
+    once /healthz answers. The bench's scratch database is never gated (it measures the server,
+    not a deployment), so the server starts with ``--allow-ungated``."""
     import httpx
 
     cmd = [sys.executable, "-c", "from groundkit.cli import app; app(prog_name='groundkit')",
-           "serve", "http", "--port", str(port), "--pool-size", str(pool_size), "--dsn", dsn]
+           "serve", "http", "--port", str(port), "--pool-size", str(pool_size), "--allow-ungated", *options,
+           "--dsn", dsn]
     proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

@@ -80,7 +80,7 @@ def auto_explain(conn: psycopg.Connection[Any], analyze: bool) -> list[str]:
 
 def profile_search(args: argparse.Namespace) -> int:
     dsn = make_conninfo(args.dsn, dbname=f"gk_bench_{args.chunks}")
-    groundkit.migrate(dsn)
+    groundkit.migrate(dsn, gate=False)
     queries = bench_queries(args.chunks, args.queries, args.seed)
     total: defaultdict[str, float] = defaultdict(float)
     calls: Counter[str] = Counter()

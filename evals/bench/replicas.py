@@ -50,7 +50,7 @@ TRIGGERS = {"members": "members_authority", "objects": "objects_authority"}
 
 
 def load(pair: replica_pair.ReplicaPair, chunks: int, n_queries: int, seed: int) -> list[str]:
-    groundkit.migrate(pair.primary_dsn)
+    groundkit.migrate(pair.primary_dsn, gate=False)
     corpus = Corpus(seed=seed)
     sample: list[Obj] = []
     with psycopg.connect(pair.primary_dsn, autocommit=True) as conn:

@@ -30,8 +30,10 @@ from pathlib import Path
 
 import psycopg
 
-from evals.bench.common import drop_db, log, server, setup_db
+import groundkit
+from evals.bench.common import log, server
 from groundkit import Groundkit
+from groundkit.databases import ScratchDatabases
 from groundkit.quality.datasets import Collection, load_collection
 from groundkit.quality.harness import READER, load_into_groundkit
 from groundkit.quality.metrics import evaluate
@@ -119,22 +121,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--dsn", help="a server to work on (default: a throwaway embedded one)")
     args = ap.parse_args(argv)
     collection = load_collection(args.collection)
-    names = ["gk_shards_one", "gk_shards_a", "gk_shards_b"]
-    with server(args.dsn) as server_dsn:
-        try:
-            dsns = [setup_db(server_dsn, n) for n in names]
-            for dsn, part in zip(dsns, [collection, *split(collection)], strict=True):
-                load_into_groundkit(dsn, part)
-            log(f"loaded {len(collection.docs):,} documents whole and in two shards")
-            one, one_ms = run_one(dsns[0], collection)
-            local, local_sum, local_max = fused([run_one(d, collection) for d in dsns[1:]], collection)
-            stats = [statistics_of(d) for d in dsns[1:]]
-            add_statistics(dsns[1], stats[1])
-            add_statistics(dsns[2], stats[0])
-            glob, glob_sum, glob_max = fused([run_one(d, collection) for d in dsns[1:]], collection)
-        finally:
-            for n in names:
-                drop_db(server_dsn, n)
+    with server(args.dsn) as server_dsn, ScratchDatabases(server_dsn, "bench_shards", log) as scratch:
+        dsns = [scratch.create(part) for part in ("one", "a", "b")]
+        for dsn in dsns:
+            groundkit.migrate(dsn, gate=False)
+        for dsn, part in zip(dsns, [collection, *split(collection)], strict=True):
+            load_into_groundkit(dsn, part)
+        log(f"loaded {len(collection.docs):,} documents whole and in two shards")
+        one, one_ms = run_one(dsns[0], collection)
+        local, local_sum, local_max = fused([run_one(d, collection) for d in dsns[1:]], collection)
+        stats = [statistics_of(d) for d in dsns[1:]]
+        add_statistics(dsns[1], stats[1])
+        add_statistics(dsns[2], stats[0])
+        glob, glob_sum, glob_max = fused([run_one(d, collection) for d in dsns[1:]], collection)
     sizes = [sum(1 for d in collection.docs if shard_of(d.doc_id) == s) for s in (0, 1)]
     lines = [f"{collection.name}: {len(collection.docs):,} documents ({sizes[0]:,} + {sizes[1]:,} in the shards), "
              f"{len(collection.queries)} queries, k = {K}", "",

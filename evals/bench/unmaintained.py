@@ -17,7 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -27,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from evals.bench.common import (
     READERS,
     Progress,
-    drop_db,
+    copy_of,
     log,
     paired_table,
     populate_authority,
@@ -94,13 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 conn.execute("update groundkit.config set pending_merge_chunks = %s", (args.pending_merge_chunks,))
         wrote = write_documents(dsn, docs)
         log(f"wrote {len(docs):,} documents in {wrote:.0f} s ({len(docs) / wrote:,.0f}/s)")
-        name = conninfo_to_dict(dsn)["dbname"]
-        copy = f"{name}_m"
-        with psycopg.connect(server_dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
-                sql.Identifier(copy), sql.Identifier(str(name))))
-        try:
-            copy_dsn = make_conninfo(server_dsn, dbname=copy)
+        name = str(conninfo_to_dict(dsn)["dbname"])
+        with _maintained_copy(server_dsn, name, args.keep) as copy_dsn:
             with Groundkit.connect(copy_dsn) as gk:
                 t, did = timed(lambda: _maintain(gk))
             log(f"maintained the copy in {t:.0f} s: {', '.join(did)}")
@@ -116,7 +112,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 paired_table(out, {"un-maintained": scores_of(a, SEARCH_SQL, args.k),
                                    "maintained": scores_of(b, SEARCH_SQL, args.k)},
                              queries, args.repeat, None, tuple(READERS))
-        finally:
-            if not args.keep:
-                drop_db(server_dsn, copy)
     return 0
+
+
+@contextmanager
+def _maintained_copy(server_dsn: str, name: str, keep: bool) -> Iterator[str]:
+    """A file copy of database ``name`` to maintain: ``<name>_m``, kept, with ``keep``; else this
+    run's own scratch copy, dropped on exit."""
+    if not keep:
+        with copy_of(server_dsn, name, "bh_unmaint_m") as dsn:
+            yield dsn
+        return
+    copy = f"{name}_m"
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
+            sql.Identifier(copy), sql.Identifier(name)))
+    yield make_conninfo(server_dsn, dbname=copy)

@@ -1,7 +1,9 @@
 """``groundkit demo``: permission-correct retrieval on a small sample community.
 
 The demo writes into its own database, ``groundkit_demo``, created afresh on the target server
-(the embedded one by default), so it never touches your data and can be run again and again.
+(the embedded one by default), so it never touches your data and can be run again and again. It
+stays for you to explore; while a session is connected to it, the next demo refuses (GK028)
+rather than end that session.
 """
 
 from __future__ import annotations
@@ -119,6 +121,41 @@ def _citations(gk: Groundkit, community: Community) -> None:
               "characters), under the same permission check as search.\n")
 
 
+def _hybrid(gk: Groundkit, community: Community) -> None:
+    """Step 6, with the ``embed`` extra: the local model turned on as ``groundkit dense enable``
+    does (groundkit.dense_enable; the demo's own database, so the switch is the bare cutover), then
+    a paraphrase that shares no word with the post it means: BM25 finds nothing, hybrid finds the
+    post. Without the extra (or pgvector), one line says how to get it."""
+    from groundkit import embedding, model_swap
+    from groundkit.dense_enable import enable
+    from groundkit.errors import EmbeddingProviderError, PgvectorMissing
+
+    para = community.demo["paraphrase"]
+    reader, query, wanted = str(para["reader"]), str(para["query"]), str(para["object_id"])
+    out.print(Rule("6. Hybrid search: a paraphrase BM25 cannot match"))
+    try:
+        embedding.require_dense(gk)
+        report = enable(gk, lambda name, force: model_swap.cutover(gk, name, force=force))
+    except (EmbeddingProviderError, PgvectorMissing) as exc:
+        out.print(f"[dim]Skipped: {escape(str(exc))}. With it, `groundkit dense enable` turns on hybrid search.[/]\n",
+                  highlight=False)
+        return
+    titles = {o.object_id: o.title for o in community.objects}
+    bm25 = gk.search(reader, query, mode="bm25")
+    hybrid = gk.search(reader, query, mode="hybrid", k=3)
+    out.print(f"The local model embedded {report.chunks} chunks in {report.seconds:.1f} s and became the active "
+              "model (what [cyan]groundkit dense enable[/] does), so search's default mode is now hybrid.")
+    out.print(f"{escape(repr(query))} as {reader}: BM25 "
+              + (f"finds {len(bm25)} result(s), not the post" if bm25 else "finds nothing (no chunk has these words)")
+              + "; hybrid:", highlight=False)
+    for n, h in enumerate(hybrid, start=1):
+        legs = f"dense #{h.dense_rank}" + (f", BM25 #{h.bm25_rank}" if h.bm25_rank is not None else "")
+        out.print(f"  #{n} {escape(titles.get(h.object_id, h.object_id))} ({legs})", highlight=False)
+    assert wanted in _ids(hybrid) and wanted not in _ids(bm25), "the paraphrase no longer shows what it should"
+    out.print("Both legs run inside one query under the same permission predicate: hybrid returns nothing the "
+              "reader may not see.\n")
+
+
 @handle_errors
 def demo(dsn: DsnOption = None) -> None:
     """Load a sample community and watch permissions work: tiers, downgrades, private boards, deletes."""
@@ -128,7 +165,9 @@ def demo(dsn: DsnOption = None) -> None:
     where = conninfo_to_dict(demo_dsn).get("host", "localhost")
     out.print(Rule("[bold]groundkit demo[/]"))
     out.print(f"Database [cyan]{DEMO_DATABASE}[/] on {where} (created afresh for this run).")
-    state = groundkit.migrate(demo_dsn)
+    # The demo's own database serves no one: migrated without the gate (docs/governance.md), so it
+    # stays uncertified, and `groundkit serve` refuses it unless started with --allow-ungated.
+    state = groundkit.migrate(demo_dsn, gate=False)
     out.print(f"Schema migrated to revision {state.head}.\n")
 
     q = str(community.demo["query"])
@@ -209,8 +248,9 @@ def demo(dsn: DsnOption = None) -> None:
                   if not still else f"[red]still visible to {still}[/]")
 
         _citations(gk, community)
+        _hybrid(gk, community)
 
-        out.print(Rule("6. The log and its derived views"))
+        out.print(Rule("7. The log and its derived views"))
         marker = gk.snapshot_marker()
         checksum = gk.state_checksum()
         rebuilt = gk.rebuild()

@@ -1,5 +1,5 @@
-"""The dense arm's commands: ``embed``, ``models``, ``reindex``, ``shadow-compare``, ``cutover``
-(docs/embedding-worker.md)."""
+"""The dense arm's commands: ``dense enable``, ``embed``, ``models``, ``reindex``,
+``shadow-compare``, ``cutover`` (docs/dense.md, docs/embedding-worker.md)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from groundkit import embedding, model_swap
+from groundkit import dense_enable as dense_enable_lib
+from groundkit import deployment, embedding, model_swap
+from groundkit.cli import governance as gov
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.cli.worker import progress_bars, sigterm_interrupts
-from groundkit.client import Groundkit
-from groundkit.errors import InvalidArgument
+from groundkit.client import Groundkit, resolve_dsn
+from groundkit.errors import EmbeddingProviderError, InvalidArgument
 
 # Exit status of a command interrupted by Ctrl-C or SIGTERM (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
@@ -81,7 +83,8 @@ def _say(report: embedding.EmbedReport, as_json: bool) -> None:
 def models_add(
     name: Annotated[str, typer.Argument(help="The model's name in groundkit (letters, digits, _.:/-).")],
     provider: Annotated[str, typer.Option(help="local, ollama or openai (any OpenAI-compatible endpoint).")],
-    dimension: Annotated[int, typer.Option(help="The vectors' dimension (checked on every batch).")],
+    dimension: Annotated[int | None, typer.Option(
+        help="The vectors' dimension (checked on every batch). Not needed for the local provider (384).")] = None,
     distance: Annotated[str, typer.Option(help="cosine, l2 or inner_product.")] = "cosine",
     recipe: Annotated[str, typer.Option(help="The text it embeds: text (the chunk) or titled (title, "
                                              "headings and chunk, as BM25 indexes it).")] = "titled",
@@ -93,13 +96,14 @@ def models_add(
 ) -> None:
     """Register an embedding model (inactive). Then `groundkit reindex --model NAME` to embed it
     beside the active one, or, for the first model, `groundkit embed --model NAME` and
-    `groundkit cutover --model NAME`."""
+    `groundkit cutover --model NAME` (for the local model, `groundkit dense enable` does all of it)."""
     options = {key: value for key, value in (("url", url), ("model", remote_model), ("api_key_env", api_key_env))
                if value is not None}
     with Groundkit.connect(dsn) as gk:
         model_swap.add_model(gk, name=name, provider=provider, dimension=dimension, distance=distance,
                              recipe=recipe, options=options)
-    out.print(f"embedding model {name}: {provider}, {dimension} dimensions, {distance}, recipe {recipe}",
+        added = embedding.get_model(gk, name)
+    out.print(f"embedding model {name}: {provider}, {added.dimension} dimensions, {distance}, recipe {recipe}",
               highlight=False)
 
 
@@ -166,16 +170,117 @@ def cutover(
     model: ModelOption,
     force: Annotated[bool, typer.Option("--force", help="Even while the model's lag is not zero (search "
                                                         "then misses the chunks it has not embedded).")] = False,
+    skip_gate: gov.SkipGateOption = False,
+    reason: gov.ReasonOption = None,
+    certificate: gov.CertificateOption = None,
+    public_key: gov.PublicKeyOption = None,
+    gate_dsn: gov.GateDsnOption = None,
+    tap: gov.TapOption = None,
     dsn: DsnOption = None,
 ) -> None:
-    """Make MODEL the active embedding model, in one transaction; refused while its lag is not
-    zero, unless --force. Cutting over to the previous model rolls back (it is kept embedded).
-    Run the permission gate again afterwards (`groundkit eval gate`)."""
-    with Groundkit.connect(dsn) as gk:
-        previous = model_swap.cutover(gk, model, force=force)
+    """Make MODEL the active embedding model, in one transaction, behind the permission gate;
+    refused while its lag is not zero, unless --force.
+
+    First the golden set (its downgrade and stale-metadata steps among them) runs through dense
+    and hybrid search embedding with MODEL, on a throwaway database; the switch happens only if it
+    passes, and the verdict goes into the gate ledger (docs/governance.md). Cutting over to a
+    model already certified here (a rollback) reuses its certificate."""
+    bypass = gov.skip_reason(skip_gate, reason)
+    previous = activate_model(resolve_dsn(dsn), model, force=force, skip_reason=bypass, certificate=certificate,
+                              public_key=public_key, gate_dsn=gate_dsn, tap=tap)
     was = f" (was {previous})" if previous and previous != model else ""
     out.print(f"active embedding model: {model}{was}", highlight=False)
-    err.print(f"note: {model_swap.GATE_REMINDER}", highlight=False, soft_wrap=True)
+
+
+def activate_model(dsn: str, model: str, *, force: bool, skip_reason: str | None = None,
+                   certificate: Path | None = None, public_key: Path | None = None, gate_dsn: str | None = None,
+                   tap: Path | None = None) -> str | None:
+    """The one way the command line makes a model active, `groundkit cutover`'s and `groundkit
+    dense enable`'s both: behind the gate (deployment.gated_cutover), its verdict said once.
+    Returns the model replaced."""
+    with gov.gate_output(tap) as buf:
+        previous, change = deployment.gated_cutover(
+            dsn, model, force=force, skip_reason=skip_reason, certificate=certificate, public_key=public_key,
+            gate_dsn=gate_dsn, out=buf, progress=gov.section_progress,
+            command=f"groundkit cutover --model {model}" + (" --skip-gate" if skip_reason else ""))
+    gov.say_change("cutover", change)
+    return previous
+
+
+dense_app = typer.Typer(help="Dense retrieval in one step: the local model, embedded and made active.",
+                        no_args_is_help=True, rich_markup_mode="markdown")
+
+
+@dense_app.command("enable")
+@handle_errors
+def dense_enable(
+    model: Annotated[str, typer.Option("--model", help="The name to register the local model under.")]
+        = dense_enable_lib.DEFAULT_MODEL,
+    now: Annotated[bool, typer.Option("--now", help="Make it active at once, before embedding: hybrid search "
+                                                    "covers the chunks not embedded yet by BM25 meanwhile.")]
+        = False,
+    batch: Annotated[int, typer.Option(min=1, max=embedding.MAX_BATCH, help="Chunks per transaction.")]
+        = embedding.DEFAULT_BATCH,
+    as_json: Annotated[bool, typer.Option(
+        "--json", help='One object: {"model", "registered", "chunks", "seconds", "chunks_per_s", "activated"}.')]
+        = False,
+    skip_gate: gov.SkipGateOption = False,
+    reason: gov.ReasonOption = None,
+    gate_dsn: gov.GateDsnOption = None,
+    tap: gov.TapOption = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Turn on dense and hybrid search with the local model (all-MiniLM-L6-v2, the `embed`
+    extra): register it (its dimension is known), embed every current chunk with a progress
+    bar, and make it the active model once none is left (`groundkit cutover`'s path, behind the
+    permission gate), so that
+    search's default mode, `auto`, is hybrid from then on. Run again, it embeds what the model
+    lacks. Ctrl-C keeps every batch committed; the model stays being built and a running worker
+    embeds the rest. Refused while another model is active (swapping: `groundkit reindex`)."""
+    bypass = gov.skip_reason(skip_gate, reason)
+    target = resolve_dsn(dsn)
+    with Groundkit.connect(target) as gk:
+        embedding.require_dense(gk)
+        err.print(f"loading the local model{_first_use_note()}", highlight=False)
+        try:
+            with sigterm_interrupts(), progress_bars() as progress:
+                task = progress.add_task(f"embed {model}", total=None)
+
+                def advance(done: int, total: int) -> None:
+                    progress.update(task, completed=done, total=total)
+
+                report = dense_enable_lib.enable(
+                    gk, lambda name, force: activate_model(target, name, force=force, skip_reason=bypass,
+                                                           gate_dsn=gate_dsn, tap=tap), name=model, now=now,
+                    batch=batch, progress=advance)
+                progress.remove_task(task)
+                for step in embedding.build_due_indexes(gk, [model]):
+                    err.print(f"built the HNSW index of {step.reason} in {step.seconds:.1f} s", highlight=False)
+        except KeyboardInterrupt:
+            err.print(f"interrupted: the batches committed so far are kept; {model} stays being built (a running "
+                      "worker embeds the rest); run groundkit dense enable again to finish", highlight=False)
+            raise typer.Exit(INTERRUPTED) from None
+    if as_json:
+        sys.stdout.write(report.model_dump_json() + "\n")
+        return
+    how = {"now": "active from the start (hybrid covered what was not embedded yet by BM25)",
+           "caught up": "active now that every chunk is embedded",
+           "already": "active already"}[report.activated]
+    out.print(f"{model}: {'registered, ' if report.registered else ''}embedded {report.chunks:,} chunk(s) in "
+              f"{report.seconds:.1f} s ({report.chunks_per_s:.1f}/s); {how}. Search's default mode (auto) is "
+              "hybrid: groundkit search --as MEMBER 'a question'", highlight=False)
+
+
+def _first_use_note() -> str:
+    """What the first use costs, said before it starts: the ONNX export, once per machine."""
+    from groundkit.embedders.export import cached_path
+
+    try:
+        cached = cached_path().exists()
+    except EmbeddingProviderError:  # (the weights package is missing: the embedder says so, right after)
+        return ""
+    return "" if cached else (" (first use: exporting it to ONNX once, cached under groundkit's data "
+                              "directory; a minute or two)")
 
 
 @handle_errors

@@ -47,15 +47,19 @@ PAGE_OF: dict[str, str] = {
     "migrate": "cli/operations.md", "rebuild": "cli/operations.md", "analyze": "cli/operations.md",
     "status": "cli/operations.md", "merge": "cli/operations.md", "worker": "cli/operations.md",
     "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
-    "tokens": "cli/operations.md",
-    "embed": "cli/operations.md", "models": "cli/operations.md", "reindex": "cli/operations.md",
-    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md",
+    "tokens": "cli/operations.md", "outbound": "cli/operations.md",
+    "dense": "cli/operations.md", "embed": "cli/operations.md", "models": "cli/operations.md",
+    "reindex": "cli/operations.md",
+    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md", "explain": "cli/audit.md",
     "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
+    "audit": "cli/audit.md",
 }
 
 # One example per command; a command without one gets none.
 EXAMPLES: dict[str, str] = {
-    "migrate": "$ groundkit migrate --list   # applied and pending revisions\n$ groundkit migrate",
+    "migrate": "$ groundkit migrate --list   # applied and pending revisions\n"
+               "$ groundkit migrate          # the gate's migrate sections first, then the migration\n"
+               "$ groundkit migrate --skip-gate --reason 'hotfix 4711; full gate ran in CI'   # a recorded bypass",
     "put-member": "$ groundkit put-member ana T2\nmember ana: T2, active",
     "put-space": "$ groundkit put-space studio --min-tier T1 --private\nspace studio: min tier T1, private",
     "ingest": "$ groundkit ingest posts.jsonl --batch 500\n"
@@ -68,9 +72,13 @@ EXAMPLES: dict[str, str] = {
     "merge": "$ groundkit merge\nmerged 4096 pending posting(s)",
     "worker": "$ groundkit worker --every 60\n$ groundkit worker --once --json",
     "embed": '$ groundkit embed --json\n{"model": "minilm", "chunks": 5183, "seconds": 61.2, "chunks_per_s": 84.7}',
+    "dense enable": "$ pip install 'groundkit[embed]'\n$ groundkit dense enable\n"
+                    "minilm: registered, embedded 5,183 chunk(s) in 61.2 s (84.7/s); active now that every chunk "
+                    "is embedded. ...",
     "cutover": "$ groundkit cutover --model bge\nactive embedding model: bge (was minilm)\n"
-               "$ groundkit eval gate   # the gate runs again after every cutover",
+               "cutover: certified (ledger row 12; the gate passed (137/137 checks, 24.0 s); configuration 3f2a…)",
     "search": '$ groundkit search --as ana "price a commission" -k 5',
+    "explain": '$ groundkit explain --reader ana --object post-kiln --query "kiln schedule"',
     "demo": "$ groundkit demo",
     "home": "$ groundkit home --reader ana --mode top -k 10",
     "db url": "$ export GROUNDKIT_DSN=$(groundkit db url)",
@@ -87,13 +95,25 @@ EXAMPLES: dict[str, str] = {
     "eval propose": "$ groundkit eval export-samples --out labels.jsonl   # then fill in each relevance\n"
                     "$ groundkit eval propose --labels labels.jsonl\n"
                     "$ groundkit eval propose --labels labels.jsonl --apply",
-    "eval gate": "$ groundkit eval gate --embedded",
+    "eval gate": "$ groundkit eval gate --embedded\n"
+                 "$ groundkit eval gate --dsn $PROD_LIKE --bundle gate.json --key-env GATE_SIGNING_KEY",
+    "audit keygen": "$ groundkit audit keygen --private-key ops.pem --public-key ops.pub",
+    "audit checkpoint": "$ groundkit audit checkpoint --key ops.pem --out checkpoints/$(date +%F).json",
+    "audit verify": "$ groundkit audit verify --checkpoint cp/2026-12-01.json --checkpoint cp/2026-12-05.json "
+                    "--public-key ops.pub",
+    "audit verify-bundle": "$ groundkit audit verify-bundle run.json --public-key ops.pub",
+    "runs export": "$ groundkit runs export 3f0c7c2e-8d5b-4c61-9a4e-0d6f5b1e2a11 --bundle run.json --key ops.pem",
     "serve mcp": "$ groundkit serve mcp --reader ana                 # stdio, for a local agent\n"
                  "$ groundkit serve mcp --transport http --port 8001  # streamable HTTP at /mcp, bearer tokens",
     "serve http": "$ groundkit serve http --port 8000\n"
                   "$ curl -H \"Authorization: Bearer $TOKEN\" -d '{\"query\": \"pricing\"}' localhost:8000/v1/search",
     "tokens create": "$ TOKEN=$(groundkit tokens create ana --expires 30d | tail -n 1)",
     "tokens revoke": "$ groundkit tokens revoke ana\nrevoked 1 token(s) of ana",
+    "outbound allow": "$ groundkit outbound private-origin add http://10.0.0.5:11434 --reason 'the GPU box'\n"
+                      "$ groundkit outbound allow private --max-tier T2 --queries --reason 'the GPU box'",
+    "outbound scrub": "$ groundkit outbound scrub cloud email phone url_credentials secrets member_names "
+                      "--reason 'names too'",
+    "outbound decisions": "$ groundkit outbound decisions --since 7d",
 }
 
 

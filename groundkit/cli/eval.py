@@ -89,7 +89,8 @@ def quality(
                 tasks[stage] = bar.add_task(stage, total=total)
             bar.update(tasks[stage], completed=done)
 
-        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, views=view, scopes=scope)
+        rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, views=view, scopes=scope,
+                           notify=_notice)
     compared = comparisons(rows)
     if as_json:
         for line in [*(r.as_json() for r in rows), *(c.as_json() for c in compared)]:
@@ -130,6 +131,10 @@ def _quality_tables(rows: list[QualityRow], compared: list[Comparison]) -> None:
 
 def _skipped(arm: str, why: str) -> None:
     err.print(f"[yellow]skipped arm {arm}:[/] {why}")
+
+
+def _notice(message: str) -> None:
+    err.print(message, markup=False, highlight=False)
 
 
 def _reference(dataset: Path, tolerance: float, as_json: bool) -> None:
@@ -209,7 +214,7 @@ def propose(
                     bar.update(tasks[stage], completed=done)
 
                 proposals, skipped = proposing.propose_from_dataset(dataset, target, resolve_dsn(dsn), content_type,
-                                                                    alpha, progress=progress)
+                                                                    alpha, progress=progress, notify=_notice)
         if apply_them:
             proposals = proposing.apply(target, proposals)
     if as_json:

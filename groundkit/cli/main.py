@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 import groundkit
-from groundkit import embedding, maintenance, replicas
+from groundkit import deployment, embedding, maintenance, replicas
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import costs as costs_cli
@@ -27,8 +27,11 @@ from groundkit.cli import db as db_cli
 from groundkit.cli import demo as demo_cli
 from groundkit.cli import dense as dense_cli
 from groundkit.cli import eval as eval_cli
+from groundkit.cli import explain as explain_cli
+from groundkit.cli import governance as gov
 from groundkit.cli import home as home_cli
 from groundkit.cli import ingest as ingest_cli
+from groundkit.cli import outbound as outbound_cli
 from groundkit.cli import runs as runs_cli
 from groundkit.cli import serve as serve_cli
 from groundkit.cli import tokens as tokens_cli
@@ -63,17 +66,21 @@ app.add_typer(eval_cli.app, name="eval")
 app.add_typer(config_cli.app, name="config")
 app.add_typer(serve_cli.app, name="serve")
 app.add_typer(tokens_cli.app, name="tokens")
+app.add_typer(outbound_cli.app, name="outbound")
 app.command("demo")(demo_cli.demo)
 app.command("ingest")(ingest_cli.ingest)
 app.command("home")(home_cli.home)
 app.command("costs")(costs_cli.costs)
 app.command("replay")(runs_cli.replay)
 app.add_typer(runs_cli.app, name="runs")
+app.add_typer(dense_cli.dense_app, name="dense")
 app.command("embed")(dense_cli.embed)
 app.add_typer(dense_cli.models_app, name="models")
 app.command("reindex")(dense_cli.reindex)
 app.command("shadow-compare")(dense_cli.shadow_compare)
 app.command("cutover")(dense_cli.cutover)
+app.add_typer(gov.app, name="audit")
+app.command("explain")(explain_cli.explain_command)
 
 
 @app.callback()
@@ -92,8 +99,19 @@ def migrate(
     dsn: DsnOption = None,
     sql: Annotated[bool, typer.Option("--sql", help="Print the DDL instead of applying it.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="Show applied and pending revisions; write nothing.")] = False,
+    skip_gate: gov.SkipGateOption = False,
+    reason: gov.ReasonOption = None,
+    certificate: gov.CertificateOption = None,
+    public_key: gov.PublicKeyOption = None,
+    gate_dsn: gov.GateDsnOption = None,
+    tap: gov.TapOption = None,
 ) -> None:
-    """Create or upgrade the groundkit schema (Alembic upgrade head + replaceable SQL)."""
+    """Create or upgrade the groundkit schema (Alembic upgrade head + replaceable SQL), behind the
+    permission gate.
+
+    First the gate's migrate sections run on a throwaway database at the target revision on the
+    same server, and only if they pass is the database touched. The verdict goes into the gate
+    ledger (docs/governance.md). A configuration already certified is not gated again."""
     if sql:
         sys.stdout.write(groundkit.migration_sql())
         return
@@ -106,9 +124,14 @@ def migrate(
             out.print(f"pending  {rev}")
         out.print(f"replaceable SQL (re-applied by every migrate): {', '.join(state.replaceable_sql)}")
         return
-    state = groundkit.migrate(target)
+    bypass = gov.skip_reason(skip_gate, reason)
+    with gov.gate_output(tap) as buf:
+        state, change = deployment.gated_migrate(
+            target, skip_reason=bypass, certificate=certificate, public_key=public_key, gate_dsn=gate_dsn,
+            out=buf, progress=gov.section_progress, command="groundkit migrate" + (" --skip-gate" if bypass else ""))
     out.print(f"groundkit schema at revision {state.head}; replaceable SQL applied "
               f"({len(state.replaceable_sql)} files)")
+    gov.say_change("migrate", change)
 
 
 @app.command("put-member")
@@ -237,8 +260,9 @@ def status(
                           "position against the primary's.")] = None,
     check: Annotated[bool, typer.Option(
         "--check", help="Exit 1 when any alert below is breached (for monitoring): the active embedding model's "
-                        "lag, a replica unreachable or lagging, or the fence sending too many reads to the "
-                        "primary.")] = False,
+                        "lag, a replica unreachable or lagging, the fence sending too many reads to the "
+                        "primary, or a table behind groundkit.reader_authority without the fence's trigger; "
+                        "or when no passing gate certifies the configuration serving readers.")] = False,
     embed_lag_alert_s: Annotated[float | None, typer.Option(
         help="Alert when the active model's oldest unembedded chunk is older than this (seconds; 0 never). "
              "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_S, else 600.")] = None,
@@ -258,6 +282,10 @@ def status(
     them), each embedding model's lag, when a worker last ran, and what a maintenance pass would
     do now (due).
 
+    The outbound policy in force, what it withholds from each embedding model (BM25-only
+    chunks, not counted as lag), and the outbound gate's decisions of the last 24 hours
+    (docs/outbound.md).
+
     With read replicas: each one's lag, its authority position against the primary's, and how many reads the
     permission fence sent to the primary today (docs/replicas.md)."""
     settings = Settings.from_env()
@@ -271,6 +299,9 @@ def status(
         dense = embedding.dense_available(gk)
         lags = embedding.lag(gk) if dense else []
         replication = replicas.replication_status(gk, tuple(replica or ()))
+        outbound = _outbound_status(gk)
+        gate = deployment.serving_status(gk)
+    gate_alerts = _gate_alerts(gate)
     lag_alerts = [a for a in (_lag_alert(lag, alert_s, alert_chunks) for lag in lags) if a]
     replica_alerts = replication.alerts(replay_lag_alert_s, fence_alert)
     if as_json:
@@ -282,12 +313,41 @@ def status(
         body["dense"] = {"available": dense, "lag": [json.loads(lag.model_dump_json()) for lag in lags],
                          "alerts": lag_alerts}
         body["replication"] = {**replication.model_dump(), "alerts": replica_alerts}
+        body["outbound"] = outbound
+        body["deployment"] = {**json.loads(gate.model_dump_json()), "alerts": gate_alerts} if gate else None
         sys.stdout.write(json.dumps(body) + "\n")
     else:
         _print_status(st, due, workers, outdated, dense, lags, lag_alerts)
         _print_replication(replication, replica_alerts)
-    if check and (lag_alerts or replica_alerts):
+        _print_outbound(outbound)
+        _print_deployment(gate, gate_alerts)
+    if check and (lag_alerts or replica_alerts or gate_alerts):
         raise typer.Exit(1)
+
+
+def _gate_alerts(gate: deployment.DeploymentStatus | None) -> list[str]:
+    if gate is None:
+        return ["this database has no gate ledger (groundkit migrate)"]
+    if gate.certified:
+        return []
+    return [f"the configuration serving readers is not certified: {gate.reason}"]
+
+
+def _print_deployment(gate: deployment.DeploymentStatus | None, alerts: list[str]) -> None:
+    if gate is not None:
+        c = gate.config
+        model = c.get("embedding_model") or "no embedding model"
+        out.print(f"configuration     {gate.config_hash[:16]}: groundkit {c.get('groundkit_version')}, revision "
+                  f"{c.get('schema_revision')}, SQL {str(c.get('sql_digest'))[:12]}, PostgreSQL {c.get('postgres')}, "
+                  f"pgvector {c.get('pgvector') or 'none'}, {model}, outbound policy "
+                  f"{c.get('outbound_policy') or 'none'}", highlight=False, soft_wrap=True)
+        if gate.certified:
+            basis = f", resting on row {gate.certified_by}" if gate.certified_by != gate.ledger_id else ""
+            out.print(f"gate              certified by ledger row {gate.ledger_id} ({gate.kind}, "
+                      f"{gate.recorded_at:%Y-%m-%d %H:%M:%S %Z}, {gate.operator or gate.recorded_by}{basis})",
+                      highlight=False, soft_wrap=True)
+    for alert in alerts:
+        err.print(f"[bold red]ALERT[/] gate: {escape(alert)}", highlight=False, soft_wrap=True)
 
 
 def _lag_alert(lag: embedding.EmbeddingLag, alert_s: float, alert_chunks: int | None) -> str | None:
@@ -335,8 +395,9 @@ def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHe
         out.print("embeddings        no embedding model (groundkit models add)", highlight=False)
     for lag in lags:
         oldest = f", the oldest waiting {dense_cli._age(lag.oldest_age_s)}" if lag.missing else ""
-        out.print(f"embeddings        {lag.model} ({lag.state}): {lag.missing:,} chunk(s) unembedded{oldest}",
-                  highlight=False)
+        withheld = (f"; {lag.withheld:,} withheld by the outbound policy (BM25-only)" if lag.withheld else "")
+        out.print(f"embeddings        {lag.model} ({lag.state}): {lag.missing:,} chunk(s) unembedded{oldest}"
+                  f"{withheld}", highlight=False)
     for alert in alerts:
         err.print(f"[bold red]ALERT[/] embedding lag: {escape(alert)}", highlight=False)
     for w in workers or (None,):
@@ -345,8 +406,39 @@ def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHe
         out.print(f"due: {d.reason}: the worker's next pass, or groundkit worker --once", highlight=False)
 
 
+def _outbound_status(gk: Groundkit) -> dict[str, object]:
+    """The outbound policy in force and the gate's decisions of the last day (docs/outbound.md)."""
+    from datetime import timedelta
+
+    from groundkit.cli.outbound import decision_rows
+    from groundkit.outbound.policy import current_policy
+
+    version = current_policy(gk)
+    rows = decision_rows(gk, datetime.now(UTC) - timedelta(days=1))
+    return {"policy": json.loads(version.model_dump_json(exclude={"changed"})),
+            "decisions_1d": [{**r, "last_at": r["last_at"].isoformat()} for r in rows]}
+
+
+def _print_outbound(outbound: dict[str, object]) -> None:
+    from groundkit.cli.outbound import print_policy
+    from groundkit.outbound.policy import PolicyVersion
+
+    print_policy(PolicyVersion.model_validate(outbound["policy"]))
+    rows = cast(list[dict[str, object]], outbound["decisions_1d"])
+    sent = sum(cast(int, r["calls"]) for r in rows if r["decision"] == "sent")
+    refused = [r for r in rows if r["decision"] == "refused"]
+    line = f"outbound calls    last 24 h: {sent:,} sent"
+    if refused:
+        rules = ", ".join(f"{r['rule']} {r['calls']}" for r in refused)
+        line += f", {sum(cast(int, r['calls']) for r in refused):,} refused ({rules})"
+    out.print(line, highlight=False, soft_wrap=True)
+
+
 def _print_replication(rep: replicas.ReplicationStatus, alerts: list[str]) -> None:
-    if not (rep.standbys or rep.replicas or rep.routes):
+    for function in rep.authority_functions:
+        out.print(f"note: groundkit.reader_authority calls {function}: status cannot see which tables a function "
+                  "reads; any it reads need the fence's trigger too (docs/replicas.md)", highlight=False)
+    if not (rep.standbys or rep.replicas or rep.routes or rep.fence_gaps):
         return
     out.print(f"authority         position {rep.authority_position:,} (permission changes committed)", highlight=False)
     for s in rep.standbys:

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from groundkit import audit
+from groundkit.cli import governance as gov
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.cli.costs import parse_since
 from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
 
-app = typer.Typer(help="Recorded runs: list, diff, prune (docs/runs.md).", no_args_is_help=True)
+app = typer.Typer(help="Recorded runs: list, diff, prune, export (docs/runs.md).", no_args_is_help=True)
 
 ReaderOption = Annotated[str | None, typer.Option(
     "--reader", help="The reader you act as (your own runs). An auditor or the owner may omit it.")]
@@ -114,3 +117,26 @@ def prune(
     with Groundkit.connect(dsn) as gk:
         n = gk.prune_runs(at if at.tzinfo else at.replace(tzinfo=UTC))
     out.print(f"pruned {n} runs recorded before {before}")
+
+
+@app.command("export")
+@handle_errors
+def export(
+    run_id: Annotated[str, typer.Argument(help="The run's id (a UUID).")],
+    bundle: Annotated[Path, typer.Option("--bundle", dir_okay=False, help="Where to write the signed bundle.")],
+    key: gov.KeyOption = None,
+    key_env: gov.KeyEnvOption = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Write a run's signed evidence bundle: its header and searches as the audit chain recorded
+    them (each row's canonical encoding, hash and chain entry), the pinned set, what became of each
+    hit since (replay statuses; no chunk text), and the chain's head. `groundkit audit
+    verify-bundle` checks it offline. The auditor's or the owner's."""
+    signing = audit.load_private_key(key, key_env)
+    with Groundkit.connect(dsn) as gk:
+        doc = audit.run_bundle(gk, run_id, signing)
+    audit.write_json(bundle, doc)
+    body = doc["body"]
+    out.print(f"run {body['run_id']}: {len(body['pinned'])} search(es), chain entries "
+              f"#{body['entries'][0]['seq']}..#{body['entries'][-1]['seq']} of head #{body['head']['seq']}; "
+              f"signed by key {doc['signature']['key_id']}; written to {bundle}", highlight=False)

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 from enum import StrEnum
 from typing import Annotated
 
 import typer
 
+from groundkit import deployment
+from groundkit import dsn as groundkit_dsn
 from groundkit.cli._common import DsnOption, err, handle_errors
-from groundkit.client import resolve_dsn
-from groundkit.errors import ConfigError, InvalidArgument
+from groundkit.client import Groundkit, resolve_dsn
+from groundkit.errors import ConfigError, DatabaseUnavailable, InvalidArgument, MigrationError, Uncertified
 from groundkit.replicas import DEFAULT_MAX_LAG
-from groundkit.serve.service import POOL_SIZE, POOL_TIMEOUT, ReadService
+from groundkit.serve.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, ServerLimits
+from groundkit.serve.models import GateHealth
+from groundkit.serve.service import LOCK_TIMEOUT, POOL_SIZE, POOL_TIMEOUT, STATEMENT_TIMEOUT, ReadService
 
 app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as authenticated members.",
                   no_args_is_help=True, rich_markup_mode="markdown")
@@ -19,17 +24,73 @@ app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as auth
 HostOption = Annotated[str, typer.Option(help="Interface to listen on.")]
 PoolSizeOption = Annotated[int, typer.Option(min=1, max=1000, help="Most database connections at once.")]
 PoolTimeoutOption = Annotated[float, typer.Option(
-    min=0.01, help="Seconds a request waits for a free connection before it gets a 503.")]
+    min=0.01, help="Seconds a request waits for a free connection before it gets a 503 (GK019).")]
 ReplicaOption = Annotated[list[str] | None, typer.Option(
     "--replica", help="A streaming replica's DSN (repeat for more): reads go to one that has replayed every "
                       "permission change and lags by at most --max-lag, else to the primary (docs/replicas.md).")]
 MaxLagOption = Annotated[float, typer.Option(
     min=0.01, max=86_400, help="Seconds new content may lag on a replica (revocations never may).")]
+StatementTimeoutOption = Annotated[float, typer.Option(
+    min=0, max=86_400, help="Seconds a database statement may run before the request gets a 503 (GK019); 0: no "
+                            "limit.")]
+LockTimeoutOption = Annotated[float, typer.Option(
+    min=0, max=86_400, help="Seconds a statement may wait for a lock (a rebuild holds chunks) before the request "
+                            "gets a 503 (GK019); 0: no limit.")]
+HeaderTimeoutOption = Annotated[float, typer.Option(
+    min=0.01, max=3600, help="Seconds for a request's headers to arrive whole (from the connection opening or the "
+                             "previous response); else 408 and the connection is closed.")]
+BodyTimeoutOption = Annotated[float, typer.Option(
+    min=0.01, max=3600, help="Seconds for a request's body to arrive whole, after its headers; else the connection "
+                             "is closed.")]
+MaxConnectionsOption = Annotated[int, typer.Option(
+    min=1, max=1_000_000, help="Connections open at once; one more is answered 503 (GK019) and closed.")]
 
 
 class Transport(StrEnum):
     stdio = "stdio"
     http = "http"
+
+
+AllowUngatedOption = Annotated[bool, typer.Option(
+    "--allow-ungated", help="Start even though no passing gate certifies the configuration serving readers (or it "
+                            "cannot be checked): logged, and shown in /healthz. Without it the server refuses to "
+                            "start (docs/governance.md).")]
+
+log = logging.getLogger("groundkit.serve")
+
+
+def gate_check(dsn: str, allow_ungated: bool) -> GateHealth:
+    """The startup check: the configuration serving readers must be certified by the gate
+    (``groundkit.deployment_status()``), else :class:`Uncertified` (GK021), unless
+    ``allow_ungated``, which is logged and returned for /healthz. A database that cannot be asked
+    is uncertified too: the server does not start on a configuration nobody checked."""
+    gate: deployment.DeploymentStatus | None = None
+    why: str | None = None
+    try:
+        with Groundkit.connect(dsn) as gk:
+            gate = deployment.serving_status(gk)
+    except (DatabaseUnavailable, MigrationError) as exc:
+        why = f"cannot check the gate's certificate: {exc.message}"
+    else:
+        if gate is None:
+            why = "this database has no gate ledger (groundkit migrate)"
+        elif not gate.certified:
+            why = gate.reason
+    certified = gate is not None and gate.certified
+    health = GateHealth(certified=certified, allowed_ungated=not certified and allow_ungated,
+                        config_hash=gate.config_hash if gate else None, ledger_id=gate.ledger_id if gate else None,
+                        reason=why)
+    if certified:
+        assert gate is not None
+        err.print(f"gate: configuration {gate.config_hash[:16]} certified by ledger row {gate.ledger_id}",
+                  highlight=False)
+        return health
+    if not allow_ungated:
+        raise Uncertified(f"refusing to serve: {why}. Certify it (groundkit eval gate, groundkit migrate), or start "
+                          "with --allow-ungated (logged, and shown in /healthz)")
+    log.warning("serving UNGATED (--allow-ungated): %s", why)
+    err.print(f"[bold yellow]WARNING[/] serving ungated (--allow-ungated): {why}", highlight=False)
+    return health
 
 
 def _extra(module: str, extra: str) -> None:
@@ -50,8 +111,14 @@ def mcp(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port (http).")] = 8001,
     pool_size: PoolSizeOption = POOL_SIZE,
     pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    statement_timeout: StatementTimeoutOption = STATEMENT_TIMEOUT,
+    lock_timeout: LockTimeoutOption = LOCK_TIMEOUT,
+    header_timeout: HeaderTimeoutOption = HEADER_TIMEOUT,
+    body_timeout: BodyTimeoutOption = BODY_TIMEOUT,
+    max_connections: MaxConnectionsOption = MAX_CONNECTIONS,
     replica: ReplicaOption = None,
     max_lag: MaxLagOption = DEFAULT_MAX_LAG,
+    allow_ungated: AllowUngatedOption = False,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the MCP tools `search` and `home`, reading as the configured `--reader` (stdio) or as
@@ -63,14 +130,20 @@ def mcp(
         raise InvalidArgument("--reader is required over stdio: the member every call reads as")
     if transport is Transport.http and reader:
         raise InvalidArgument("--reader is for stdio; over http each request's bearer token names the member")
-    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
+    target = resolve_dsn(dsn)
+    groundkit_dsn.parse(target)  # (a DSN libpq cannot read: ConfigError, before anything connects)
+    gate = gate_check(target, allow_ungated)
+    service = ReadService(target, pool_size=pool_size, pool_timeout=pool_timeout,
+                          statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                           replicas=tuple(replica or ()), max_lag=max_lag)
+    service.gate = gate
     if transport is Transport.stdio:
         assert reader is not None
         mcp_server.run_stdio(service, reader)
     else:
         err.print(f"MCP over streamable HTTP at http://{host}:{port}/mcp", highlight=False)
-        mcp_server.run_http(service, host, port)
+        mcp_server.run_http(service, host, port, limits)
 
 
 @app.command()
@@ -83,17 +156,28 @@ def http(
              "that authenticates every request and sets the header itself.")] = None,
     pool_size: PoolSizeOption = POOL_SIZE,
     pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    statement_timeout: StatementTimeoutOption = STATEMENT_TIMEOUT,
+    lock_timeout: LockTimeoutOption = LOCK_TIMEOUT,
+    header_timeout: HeaderTimeoutOption = HEADER_TIMEOUT,
+    body_timeout: BodyTimeoutOption = BODY_TIMEOUT,
+    max_connections: MaxConnectionsOption = MAX_CONNECTIONS,
     replica: ReplicaOption = None,
     max_lag: MaxLagOption = DEFAULT_MAX_LAG,
+    allow_ungated: AllowUngatedOption = False,
     dsn: DsnOption = None,
 ) -> None:
     """Serve the HTTP retrieval API (POST /v1/search, GET /v1/home, GET /healthz, GET /openapi.json),
     reading as the member of each request's bearer token."""
     _extra("uvicorn", "http")
-    import uvicorn
-
     from groundkit.serve.http import create_app
+    from groundkit.serve.transport import serve
 
-    service = ReadService(resolve_dsn(dsn), pool_size=pool_size, pool_timeout=pool_timeout,
+    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
+    target = resolve_dsn(dsn)
+    groundkit_dsn.parse(target)  # (a DSN libpq cannot read: ConfigError, before anything connects)
+    gate = gate_check(target, allow_ungated)
+    service = ReadService(target, pool_size=pool_size, pool_timeout=pool_timeout,
+                          statement_timeout=statement_timeout, lock_timeout=lock_timeout,
                           replicas=tuple(replica or ()), max_lag=max_lag)
-    uvicorn.run(create_app(service, trust_header=trust_header), host=host, port=port, log_level="warning")
+    service.gate = gate
+    serve(create_app(service, trust_header=trust_header), host, port, limits)

@@ -4,13 +4,15 @@
 (``local``, ``ollama`` or ``openai``) and wraps it in the seam every call goes through, which
 
 - opens a telemetry span ``groundkit.embed`` (model, provider, texts, input, tokens),
-- checks every batch's vectors against the model's declared dimension (and count),
-- meters the tokens (and their cost, where priced) with :func:`groundkit.metering.meter`
-  (kind ``embedding``) when given a connection to record on.
+- sends through the outbound gate (:func:`groundkit.outbound.gate.send`, docs/outbound.md): the
+  policy decides whether the texts may go to the provider's class, the redaction boundary
+  scrubs them, the tokens are metered (and priced) and the decision recorded,
+- checks every batch's vectors against the model's declared dimension (and count).
 
 A provider that fails, cannot be reached or is not configured raises
-:class:`~groundkit.errors.EmbeddingProviderError` (GK017). There is no fallback to another
-provider: vectors of two models live in different spaces, and mixing them fails silently.
+:class:`~groundkit.errors.EmbeddingProviderError` (GK017); a call the policy refuses raises
+:class:`~groundkit.errors.OutboundRefused` (GK023) and sends nothing. There is no fallback to
+another provider: vectors of two models live in different spaces, and mixing them fails silently.
 
 Vectors are returned as lists of floats (what pgvector's adapter and JSON take), L2-normalised
 by the local provider; the HTTP providers return what the server answers.
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit import telemetry
 from groundkit.errors import EmbeddingProviderError, InvalidArgument
+from groundkit.outbound import gate
 from groundkit.session import Session
 
 __all__ = ["Embedder", "EmbeddingModel", "EmbeddingProviderError", "Provider", "embedder_for"]
@@ -58,8 +61,11 @@ class Embedder(Protocol):
 
     model: EmbeddingModel
 
-    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
-        """One vector per text, in order; batched inside (the provider's ``batch_size``)."""
+    def embed_documents(self, texts: Sequence[str], *, hashes: Sequence[bytes] | None = None) -> list[list[float]]:
+        """One vector per text, in order; batched inside (the provider's ``batch_size``).
+        ``hashes``: the texts' hashes as the model's recipe makes them (the embedding job's),
+        which the outbound policy decides by; without them the texts are of unknown
+        provenance, which only a class the policy leaves unrestricted takes."""
         ...
 
     def embed_query(self, text: str) -> list[float]:
@@ -78,17 +84,22 @@ class Provider(Protocol):
 Target = Session | psycopg.Connection[Any]
 
 
-def embedder_for(model: EmbeddingModel, *, meter_to: Target | None = None, flow: str | None = None) -> Embedder:
-    """The embedder of ``model``, through the one seam (span, dimension check, metering).
+def embedder_for(model: EmbeddingModel, *, meter_to: Target | None = None, flow: str | None = None,
+                 policy_from: gate.PolicySource = None) -> Embedder:
+    """The embedder of ``model``, through the one seam (span, outbound gate, dimension check).
 
     ``meter_to``: a :class:`~groundkit.Groundkit` (or any :class:`~groundkit.session.Session`)
-    or a psycopg connection; each call is then recorded there for ``flow`` (required with it).
+    or a psycopg connection; each call's decision is then recorded there and, for ``flow``
+    (required with it), metered. ``policy_from``: where the outbound policy is read (default:
+    ``meter_to``; neither: the default policy, under which only the local provider takes text),
+    or a fixed :class:`~groundkit.outbound.policy.OutboundPolicy` for text that does not come from
+    the database.
     The provider is built now (once per process and model definition; later calls share it): a
     missing option or package raises
     :class:`~groundkit.errors.EmbeddingProviderError` here, not at the first call."""
     if meter_to is not None and not flow:
         raise InvalidArgument("embedder_for: metering (meter_to) needs the flow the calls serve")
-    return _Seam(model, _provider(model), meter_to, flow)
+    return _Seam(model, _provider(model), meter_to, flow, meter_to if policy_from is None else policy_from)
 
 
 # Providers by model definition (its JSON), one per process: building the local one loads the
@@ -124,30 +135,50 @@ def _build_provider(model: EmbeddingModel) -> Provider:
 
 
 class _Seam:
-    """Every provider call goes through here."""
+    """Every provider call goes through here, and from here through the outbound gate."""
 
-    def __init__(self, model: EmbeddingModel, provider: Provider, meter_to: Target | None, flow: str | None) -> None:
+    def __init__(self, model: EmbeddingModel, provider: Provider, meter_to: Target | None, flow: str | None,
+                 policy_from: gate.PolicySource) -> None:
         self.model = model
         self._provider = provider
         self._meter_to = meter_to
         self._flow = flow
+        self._policy_from = policy_from
+        self._destination = gate.Destination(model.provider, model.options.get("url"), model.name)
 
-    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    def bound(self, target: Target, flow: str | None) -> _Seam:
+        """The same provider, reading the policy from ``target`` and recording there (for ``flow``)."""
+        return _Seam(self.model, self._provider, target, flow, target)
+
+    def embed_documents(self, texts: Sequence[str], *, hashes: Sequence[bytes] | None = None) -> list[list[float]]:
         if isinstance(texts, str):
             raise InvalidArgument("embed_documents takes a sequence of texts, not one string")
-        return self._call(list(texts), query=False) if texts else []
+        texts = list(texts)
+        if hashes is not None and len(hashes) != len(texts):
+            raise InvalidArgument("embed_documents: one hash per text")
+        if not texts:
+            return []
+        provenance = (gate.Provenance(hashes=tuple(bytes(h) for h in hashes)) if hashes is not None
+                      else gate.Provenance(unattributed=len(texts)))
+        return self._call(texts, query=False, provenance=provenance)
 
     def embed_query(self, text: str) -> list[float]:
-        return self._call([text], query=True)[0]
+        return self._call([text], query=True, provenance=gate.Provenance(queries=1))[0]
 
-    def _call(self, texts: list[str], *, query: bool) -> list[list[float]]:
+    def _call(self, texts: list[str], *, query: bool, provenance: gate.Provenance) -> list[list[float]]:
         with telemetry.span("embed", model=self.model.name, provider=self.model.provider, texts=len(texts),
                             input="query" if query else "documents", flow=self._flow) as current:
-            vectors, tokens = self._provider.embed(texts, query=query)
-            self._check(vectors, len(texts))
-            telemetry.set_attributes(current, tokens=tokens)
-            self._meter(tokens)
-        return vectors
+
+            def transmit(outgoing: list[str]) -> gate.Answer[list[list[float]]]:
+                vectors, tokens = self._provider.embed(outgoing, query=query)
+                self._check(vectors, len(outgoing))
+                return gate.Answer(vectors, tokens_in=tokens)
+
+            sent = gate.send("embed_query" if query else "embed_documents", self._destination, texts, transmit,
+                             provenance=provenance, policy_from=self._policy_from, record_to=self._meter_to,
+                             flow=self._flow)
+            telemetry.set_attributes(current, tokens=sent.tokens_in)
+        return sent.result
 
     def _check(self, vectors: list[list[float]], expected: int) -> None:
         where = f"the {self.model.provider} provider of embedding model {self.model.name!r}"
@@ -160,15 +191,3 @@ class _Seam:
                 )
             if not all(math.isfinite(x) for x in vector):
                 raise EmbeddingProviderError(f"{where} answered a vector with a NaN or infinite component")
-
-    def _meter(self, tokens: int) -> None:
-        attrs = {"model": self.model.name, "flow": self._flow}
-        telemetry.add_tokens(tokens, direction="embed", **attrs)
-        if self._meter_to is None or self._flow is None:
-            return
-        from groundkit.metering import meter
-
-        call = meter(self._meter_to, flow=self._flow, model=self.model.name, kind="embedding",
-                     tokens_in=tokens, tokens_out=0)
-        if call.cost is not None and call.currency is not None:
-            telemetry.add_cost(float(call.cost), currency=call.currency, **attrs)

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from groundkit.errors import EmbeddingProviderError
+from groundkit.errors import EmbeddingProviderError, GroundkitError
 
 __all__ = ["HttpOptions", "HttpProvider", "JsonClient", "provider_for", "safe_url"]
 
@@ -50,13 +50,15 @@ class HttpOptions(BaseModel):
     batch_size: int = Field(64, ge=1, le=4096)
 
 
-def parse_options(cls: type[BaseModel], what: str, options: dict[str, Any]) -> Any:
-    """``options`` read as ``cls``; a missing or bad one is a GK017 naming the fields, not the values."""
+def parse_options(cls: type[BaseModel], what: str, options: dict[str, Any],
+                  error: type[GroundkitError] = EmbeddingProviderError) -> Any:
+    """``options`` read as ``cls``; a missing or bad one is a GK017 (or ``error``) naming the
+    fields, not the values."""
     try:
         return cls.model_validate(options)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-    raise EmbeddingProviderError(f"the {what} is not configured: {problems}")
+    raise error(f"the {what} is not configured: {problems}")
 
 
 def safe_url(url: str) -> str:
@@ -80,13 +82,17 @@ class _Outcome(NamedTuple):
 
 
 class JsonClient:
-    """POST JSON with bounded retries; every failure is a GK017 without a chain."""
+    """POST JSON with bounded retries; every failure is a GK017 (or ``error``) without a chain.
+    Every request goes through the outbound gate (:func:`groundkit.outbound.gate.require_ticket`):
+    outside it, or to another origin than the gate decided on, nothing is sent."""
 
-    def __init__(self, options: HttpOptions, what: str, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, options: HttpOptions, what: str, sleep: Callable[[float], None] = time.sleep,
+                 error: type[GroundkitError] = EmbeddingProviderError) -> None:
         if importlib.util.find_spec("httpx") is None:
-            raise EmbeddingProviderError(f"the {what} needs httpx: pip install 'groundkit[embed]'")
+            raise error(f"the {what} needs httpx: pip install 'groundkit[embed]'")
         import httpx
 
+        self.error = error
         self.options = options
         self.what = what
         self._sleep = sleep
@@ -99,7 +105,7 @@ class JsonClient:
             return {}
         key = os.environ.get(env)
         if not key:
-            raise EmbeddingProviderError(f"the {self.what} needs an API key in ${env}, which is not set")
+            raise self.error(f"the {self.what} needs an API key in ${env}, which is not set")
         return {"Authorization": f"Bearer {key}"}
 
     def _url(self, path: str) -> str:
@@ -117,7 +123,10 @@ class JsonClient:
         except ValueError:
             url = None
         if url is None:
-            raise EmbeddingProviderError(f"the {self.what}'s url is malformed (not shown: it may hold a secret)")
+            raise self.error(f"the {self.what}'s url is malformed (not shown: it may hold a secret)")
+        from groundkit.outbound.gate import require_ticket
+
+        require_ticket(f"the {self.what}", url)  # before anything is built from the body
         where = f"the {self.what} at {safe_url(url)}"
         attempt = 0
         while True:
@@ -126,7 +135,7 @@ class JsonClient:
                 return outcome.answer
             if outcome.retry_in is None or attempt >= self.options.max_retries:
                 tries = f" after {attempt + 1} attempts" if attempt else ""
-                raise EmbeddingProviderError(f"{where} failed{tries}: {outcome.failure}")
+                raise self.error(f"{where} failed{tries}: {outcome.failure}")
             wait = outcome.retry_in or self.options.backoff * 2**attempt
             self._sleep(min(wait, self.options.max_backoff))
             attempt += 1

@@ -35,9 +35,11 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["LocalOptions", "LocalProvider"]
+__all__ = ["DIMENSION", "LocalOptions", "LocalProvider"]
 
 MODEL_MAX_TOKENS = 256
+#: the model's vectors' dimension (``groundkit models add NAME --provider local`` needs no other)
+DIMENSION = 384
 
 
 class LocalOptions(BaseModel):
@@ -105,7 +107,11 @@ class LocalProvider:
         return vectors.tolist(), tokens
 
     def embed_array(self, texts: Sequence[str]) -> tuple[npt.NDArray[np.float32], int]:
-        """The vectors as one float32 array (row i: text i), and the tokens embedded."""
+        """The vectors as one float32 array (row i: text i), and the tokens embedded. Only inside
+        the outbound gate (:func:`groundkit.outbound.gate.send`), like every provider."""
+        from groundkit.outbound.gate import require_ticket
+
+        require_ticket("the local embedding model", None)
         xp = self._np
         encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=True)
         lengths = xp.fromiter((len(e.ids) for e in encodings), dtype=xp.int64, count=len(encodings))
@@ -113,7 +119,7 @@ class LocalProvider:
             order = xp.argsort(-lengths, kind="stable")
         else:
             order = xp.arange(len(encodings))
-        out = xp.empty((len(encodings), 384), dtype=xp.float32)
+        out = xp.empty((len(encodings), DIMENSION), dtype=xp.float32)
         size = self.options.batch_size
         batches = [order[start:start + size] for start in range(0, len(order), size)]
 

@@ -283,11 +283,14 @@ class GoldenRun:
 
     def __init__(self, gk: Groundkit, admin: psycopg.Connection[Any], search: Searcher, tap: Tap,
                  golden: Golden | None = None, expected_grid: Grid | None = None, label: str = "",
-                 ranking: Literal["bm25", "dense", "hybrid"] = "bm25") -> None:
+                 ranking: Literal["bm25", "dense", "hybrid"] = "bm25", explain: bool = False) -> None:
         # ranking: which search the searcher runs. The queries' ranks (must_return at k) are BM25's;
         # a dense or hybrid searcher is asked 200 deep, so must_return means visible and matching.
         # A dense search matches every visible chunk: expect_empty is BM25's and hybrid's only.
         self.ranking = ranking
+        # explain: after every grid, groundkit.explain_visibility must give search's answer for
+        # every (reader, object) pair, and its clauses must agree with it (the real searcher only)
+        self.explain = explain
         self.gk = gk
         self.admin = admin
         self.search = search
@@ -347,7 +350,32 @@ class GoldenRun:
         if expected is not None:
             missing = set(expected) - set(observed)
             problems += [f"expected grid has a cell ({r!r}, {o}) that is not in the golden set" for r, o in missing]
-        return self.tap.check(not problems, description, problems, counts=counts)
+        ok = self.tap.check(not problems, description, problems, counts=counts)
+        if self.explain:
+            self.check_explain(observed, description)
+        return ok
+
+    def check_explain(self, observed: Grid, after: str) -> bool:
+        """groundkit.explain_visibility's answer is search's for every cell of ``observed``, and
+        its clauses agree with that answer (all hold exactly when visible)."""
+        from groundkit.explain import explain_visibility
+
+        counts = Counts()
+        problems: list[str] = []
+        for (r, oid), seen in sorted(observed.items()):
+            e = explain_visibility(self.gk, r, oid)
+            if e.visible != seen:
+                counts.leaks += int(e.visible and not seen)
+                counts.missing += int(seen and not e.visible)
+                problems.append(f"EXPLAIN: ({r!r}, {oid}) explain says {'visible' if e.visible else 'hidden'} "
+                                f"(decided by {e.decided_by}), search says {'visible' if seen else 'hidden'}")
+            elif not e.consistent:
+                failing = [c.clause for c in e.clauses if c.clause != "predicate" and not c.holds]
+                problems.append(f"EXPLAIN: ({r!r}, {oid}) {'visible' if e.visible else 'hidden'}, but the clauses "
+                                f"say otherwise (not holding: {failing or 'none'})")
+        return self.tap.check(not problems, f"{self.label}explain_visibility gives search's answer for every "
+                              f"(reader, object) pair, its clauses agreeing ({len(observed)} pairs; {after})",
+                              problems, counts=counts)
 
     def check_query(self, q: FQuery) -> bool:
         counts = Counts()

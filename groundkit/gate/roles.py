@@ -177,7 +177,12 @@ ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "log UPDATE": ("update groundkit.content_log set body = 'x'", ()),
     "cost_summary": ("select * from groundkit.cost_summary()", ()),
     "add_flow": ("select groundkit.add_flow(%s)", ("gate",)),
+    # the oracle a reader must never have: whether an object exists, its policy, its terms
+    "explain_visibility": ("select * from groundkit.explain_visibility(%s, %s)", ("alice", "p2")),
+    "explain_match": ("select * from groundkit.explain_match(%s, %s)", ("p2", "kiln")),
 }
+# The auditor's: why a member can or cannot see an object (sql/078_explain.sql).
+AUDITOR_EXPLAIN = {name: ADMIN_ONLY[name] for name in ("explain_visibility", "explain_match")}
 
 
 def _world(dsn: str) -> None:
@@ -243,6 +248,9 @@ def _run(admin_dsn: str, dsn: str, tap: Tap) -> None:
         expect("login without a groundkit role: search and writes are denied", who.nobody,
                {"search": SEARCH, "put_object": WRITES["put_object"], "chunks": tables["chunks"]}, denied,
                "want 42501")
+        expect("login without a groundkit role: explain is denied", who.nobody, AUDITOR_EXPLAIN, denied, "want 42501")
+        expect("auditor login: explain_visibility and explain_match work", who.auditor, AUDITOR_EXPLAIN,
+               "ok".__eq__, "want ok")
         _locks_held_by_nobody(dsn, who, tap)
         _login_binding(dsn, who, tap)
         _sampler_poisoning(dsn, who, tap)

@@ -25,6 +25,7 @@ Any failing check makes :attr:`GateSummary.ok` false, and the CLI exits non-zero
 
 from __future__ import annotations
 
+import contextlib
 import io
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from typing import TextIO
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
+from groundkit.embedders import EmbeddingModel
 from groundkit.gate import planted
 from groundkit.gate.golden import GoldenRun, load_golden, load_grid, real_searcher
 from groundkit.gate.tap import Counts, Tap
@@ -51,6 +53,9 @@ class GateOptions(BaseModel):
     concurrency_seconds: float = Field(default=60.0, gt=0)  # hard bound on the concurrent phase
     seed: int = 0
     skip: frozenset[str] = frozenset()
+    # The dense section embeds with this model through its provider (groundkit cutover certifies
+    # the model it switches to this way); None: the test double (groundkit/gate/dense_double.py).
+    dense_model: EmbeddingModel | None = None
 
 
 class GateSummary(BaseModel):
@@ -87,7 +92,7 @@ def run_golden(dbs: GateDatabases, tap: Tap, opts: GateOptions) -> None:
     dsn = dbs.clone()
     try:
         with Groundkit.connect(dsn) as gk, connect_dict(dsn) as admin:
-            GoldenRun(gk, admin, real_searcher(gk), tap, load_golden(), grid).run()
+            GoldenRun(gk, admin, real_searcher(gk), tap, load_golden(), grid, explain=True).run()
     finally:
         dbs.drop(dsn)
 
@@ -151,33 +156,37 @@ def _section_runners() -> dict[str, Callable[[GateDatabases, Tap, GateOptions], 
 
 
 def run_gate(server_dsn: str | None, options: GateOptions | None = None, out: TextIO | None = None,
-             progress: Callable[[str], None] | None = None) -> GateSummary:
+             progress: Callable[[str], None] | None = None, dbs: GateDatabases | None = None) -> GateSummary:
     """Run the gate against a fresh database on ``server_dsn``'s server (or a throwaway embedded
-    one when None), printing TAP to ``out``. Returns the summary; never raises for a failing check."""
-    opts = options or GateOptions()
-    tap = Tap(out)
+    one when None), printing TAP to ``out``. Returns the summary; never raises for a failing check.
+    ``dbs``: throwaway databases already made (their template migrated), instead of new ones."""
+    with contextlib.nullcontext(dbs) if dbs is not None else GateDatabases(server_dsn) as made:
+        return _run_sections(made, options or GateOptions(), Tap(out), progress)
+
+
+def _run_sections(dbs: GateDatabases, opts: GateOptions, tap: Tap,
+                  progress: Callable[[str], None] | None) -> GateSummary:
     started = time.monotonic()
     tap.header()
     per_section: dict[str, int] = {}
     runners = _section_runners()
-    with GateDatabases(server_dsn) as dbs:
-        for section in SECTIONS:
-            tap.section = section
-            tap.comment(f"== {section} ==")
-            if progress is not None:
-                progress(section)
-            before = len(tap.results)
-            if section in opts.skip:
-                tap.skip(f"{section} section", "skipped on request (--skip)")
-            elif section not in runners:
-                tap.check(False, f"{section} section runs", ["hypothesis is not installed: pip install hypothesis"])
-            else:
-                try:
-                    runners[section](dbs, tap, opts)
-                except Exception as exc:  # a crashing section fails the gate, it never passes it
-                    tap.check(False, f"{section} section ran to completion", [f"{type(exc).__name__}: {exc}"],
-                              counts=Counts(integrity=1))
-            per_section[section] = len(tap.results) - before
+    for section in SECTIONS:
+        tap.section = section
+        tap.comment(f"== {section} ==")
+        if progress is not None:
+            progress(section)
+        before = len(tap.results)
+        if section in opts.skip:
+            tap.skip(f"{section} section", "skipped on request (--skip)")
+        elif section not in runners:
+            tap.check(False, f"{section} section runs", ["hypothesis is not installed: pip install hypothesis"])
+        else:
+            try:
+                runners[section](dbs, tap, opts)
+            except Exception as exc:  # a crashing section fails the gate, it never passes it
+                tap.check(False, f"{section} section ran to completion", [f"{type(exc).__name__}: {exc}"],
+                          counts=Counts(integrity=1))
+        per_section[section] = len(tap.results) - before
     tap.plan()
     results = tap.results
     c = tap.counts

@@ -1,14 +1,15 @@
 """Throwaway databases for the gate: never the user's data.
 
-Given a server DSN, the gate creates a migrated template database ``gk_gate_<token>_tpl`` on
-that server and clones a fresh database from it for every section (and every hypothesis
-example). Without a DSN it starts a throwaway embedded PostgreSQL in a temporary directory,
-deleted at the end. Everything it created is dropped on exit, also after a failure.
+Given a server DSN, the gate creates a migrated template database
+``groundkit_scratch_gate_tpl_<token>`` on that server and clones a fresh database from it for every
+section (and every hypothesis example), all held by the run (groundkit/databases.py: another
+gate on the same server leaves them alone; the next gate drops those of a gate that was killed).
+Without a DSN it starts a throwaway embedded PostgreSQL in a temporary directory, deleted at the
+end. Everything it created is dropped on exit, also after a failure.
 """
 
 from __future__ import annotations
 
-import secrets
 import shutil
 import tempfile
 import warnings
@@ -22,9 +23,10 @@ from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 import groundkit
-from groundkit.dsn import connect, scrub
+from groundkit.databases import ScratchDatabases
+from groundkit.dsn import connect
 from groundkit.embedded import quiet_wheel_logging
-from groundkit.errors import DatabaseUnavailable, GroundkitError
+from groundkit.errors import DatabaseUnavailable
 
 Conn = psycopg.Connection[dict[str, Any]]
 
@@ -57,13 +59,16 @@ class ThrowawayServer:
 
 
 class GateDatabases:
-    """A migrated template and fresh clones of it on one server."""
+    """A migrated template and fresh clones of it on one server: the run's own scratch databases
+    (groundkit/databases.py), so two gates on one server never touch each other's, and a killed
+    gate's are dropped by the next run."""
 
     def __init__(self, server_dsn: str | None = None) -> None:
         self._server_dsn = server_dsn
         self._throwaway: ThrowawayServer | None = None
-        self.token = secrets.token_hex(4)
-        self.template = f"gk_gate_{self.token}_tpl"
+        self._scratch: ScratchDatabases | None = None
+        self.token = ""
+        self.template = ""
         self._clones: list[str] = []
         self._n = 0
         self.admin_dsn = ""
@@ -75,8 +80,11 @@ class GateDatabases:
         else:
             self.admin_dsn = self._server_dsn
         try:
-            self._create(self.template, None)
-            groundkit.migrate(self.dsn_for(self.template))
+            self._scratch = ScratchDatabases(self.admin_dsn, "gate").__enter__()
+            self.token = self._scratch.token
+            self.template = self._scratch.name("tpl")
+            self._create("tpl", None)
+            groundkit.migrate(self.dsn_for(self.template), gate=False)  # (a throwaway: gated by no one)
         except BaseException:
             self.close()
             raise
@@ -88,18 +96,12 @@ class GateDatabases:
     def admin(self) -> psycopg.Connection[tuple[Any, ...]]:
         return connect(self.admin_dsn, autocommit=True)  # ConfigError / DatabaseUnavailable, no password
 
-    def _create(self, name: str, template: str | None) -> None:
+    def _create(self, part: str, template: str | None) -> str:
+        assert self._scratch is not None
         try:
-            with self.admin() as conn:
-                if template is None:
-                    conn.execute(sql.SQL("create database {}").format(sql.Identifier(name)))
-                else:
-                    conn.execute(sql.SQL("create database {} template {} strategy file_copy").format(
-                        sql.Identifier(name), sql.Identifier(template)))
-        except psycopg.Error as exc:
-            problem = scrub(self.admin_dsn, str(exc).strip())
-        else:
-            return
+            return self._scratch.create(part, template)
+        except DatabaseUnavailable as exc:
+            problem = exc.args[0] if exc.args else ""
         raise DatabaseUnavailable(f"the gate needs to create throwaway databases on that server (CREATEDB): {problem}")
 
     def dsn_for(self, name: str) -> str:
@@ -108,28 +110,20 @@ class GateDatabases:
     def clone(self) -> str:
         """A fresh migrated database; returns its DSN."""
         self._n += 1
-        name = f"gk_gate_{self.token}_{self._n}"
-        self._create(name, self.template)
-        self._clones.append(name)
-        return self.dsn_for(name)
+        dsn = self._create(str(self._n), self.template)
+        self._clones.append(str(psycopg.conninfo.conninfo_to_dict(dsn)["dbname"]))
+        return dsn
 
     def drop(self, dsn: str) -> None:
         name = psycopg.conninfo.conninfo_to_dict(dsn).get("dbname")
-        if isinstance(name, str) and name in self._clones:
-            self._drop(name)
+        if isinstance(name, str) and name in self._clones and self._scratch is not None:
+            self._scratch.drop(name)
             self._clones.remove(name)
 
-    def _drop(self, name: str) -> None:
-        try:
-            with self.admin() as conn:
-                conn.execute(sql.SQL("drop database if exists {} with (force)").format(sql.Identifier(name)))
-        except (psycopg.Error, GroundkitError):
-            pass  # best effort: the server may be gone
-
     def close(self) -> None:
-        if self.admin_dsn:
-            for name in [*self._clones, self.template]:
-                self._drop(name)
+        if self._scratch is not None:
+            self._scratch.close()  # drops the template and every clone left
+            self._scratch = None
         self._clones.clear()
         if self._throwaway is not None:
             self._throwaway.close()

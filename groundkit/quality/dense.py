@@ -61,14 +61,18 @@ class CachedEmbedder:
                 for digest, vector in zip(stored["hashes"], stored["vectors"], strict=True):
                     self._vectors[bytes(digest)] = vector.tolist()
 
-    def embed_documents(self, texts: Sequence[str]) -> list[list[float]]:
+    def embed_documents(self, texts: Sequence[str], *, hashes: Sequence[bytes] | None = None) -> list[list[float]]:
         digests = [hashlib.sha256(t.encode("utf-8")).digest() for t in texts]
         missing: dict[bytes, str] = {}  # each new text once, in order
-        for digest, text in zip(digests, texts, strict=True):
+        recipe_hashes: dict[bytes, bytes] = {}  # (what the outbound gate decides by, passed on)
+        for i, (digest, text) in enumerate(zip(digests, texts, strict=True)):
             if digest not in self._vectors:
                 missing.setdefault(digest, text)
+                if hashes is not None:
+                    recipe_hashes.setdefault(digest, hashes[i])
         if missing:
-            fresh = self._inner.embed_documents(list(missing.values()))
+            fresh = self._inner.embed_documents(
+                list(missing.values()), hashes=[recipe_hashes[d] for d in missing] if hashes is not None else None)
             self._vectors.update(zip(missing, fresh, strict=True))
             self._new += len(missing)
         return [self._vectors[d] for d in digests]
@@ -108,7 +112,7 @@ def prepare_dense(dsn: str, cache_dir: Path | None = None,
         model_swap.add_model(gk, name=EVAL_MODEL, provider="local", dimension=384, distance="cosine",
                              recipe="titled")
         model = embedding.get_model(gk, EVAL_MODEL)
-        cached = CachedEmbedder(embedder_for(model), cache_dir or default_cache_dir())
+        cached = CachedEmbedder(embedder_for(model, policy_from=gk), cache_dir or default_cache_dir())
 
         def step(done: int, total: int) -> None:
             if progress is not None:

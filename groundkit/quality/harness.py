@@ -1,8 +1,10 @@
 """``groundkit eval quality``: retrieval quality on a real test collection, groundkit beside the
 reference engines, same queries, same metrics, one run.
 
-The collection is loaded into a scratch database (``groundkit_eval_quality``) created afresh on
-the target server. Every document becomes one object of the collection's content type
+The collection is loaded into a scratch database of the run's own on the target server
+(``groundkit_scratch_eval_quality_<view>_<token>``, :class:`groundkit.databases.ScratchDatabases`),
+one per view, dropped when the view is done; two runs on one server do not touch each other's.
+Every document becomes one object of the collection's content type
 (:attr:`~groundkit.quality.datasets.Collection.content_type`; ``chunk_chars`` is raised so that
 a document is one chunk, as in the reference arms), visible to one active reader, and every
 query goes through :meth:`groundkit.Groundkit.search` as that reader, so the permission
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, Final, cast
 
@@ -35,14 +38,14 @@ from psycopg import sql
 from pydantic import BaseModel, ConfigDict, Field
 
 from groundkit.client import Groundkit
-from groundkit.databases import fresh_database
+from groundkit.databases import Notify, ScratchDatabases
 from groundkit.errors import DatabaseUnavailable, EmbeddingProviderError, GroundkitError, PgvectorMissing
 from groundkit.models import ContentObject, SearchMode
 from groundkit.quality.arms import ARMS, TOP_K, ArmResult, ArmUnavailable, Refusal
 from groundkit.quality.datasets import Collection, load_collection
 from groundkit.quality.metrics import METRIC_KEYS, per_query
 
-DATABASE: Final = "groundkit_eval_quality"
+PURPOSE: Final = "eval_quality"  # the scratch databases' name: groundkit_scratch_eval_quality_<token>
 READER: Final = "evaluator"
 TIER: Final = "T0"
 SPACE: Final = "corpus"
@@ -295,45 +298,66 @@ def run_quality(
     embedding_cache: Path | None = None,
     views: Sequence[str] | None = None,
     scopes: Sequence[str] | None = None,
+    notify: Notify | None = None,
 ) -> list[QualityRow]:
     """Evaluate each arm on the collection at ``dataset``: rows by view, then arm, then scope.
     ``views`` and ``scopes`` (default: every one the collection has, :func:`views_of`,
     :func:`scopes_of`) choose among them; one it lacks is GK005. ``embedding_cache``: where the
     dense arms' document vectors are kept between runs (default: ``eval-embeddings`` under the
-    data directory)."""
+    data directory). ``notify`` hears about scratch databases of killed runs dropped (or left)
+    on the way."""
     source = load_collection(dataset)
     chosen_views = _chosen(views, views_of(source, dataset), "view", source.name)
     chosen_scopes = _chosen(scopes, scopes_of(source), "scope", source.name)
     rows: list[QualityRow] = []
-    for view in chosen_views:
-        rows.extend(_run_view(source, dataset, view, server_dsn, arms, chosen_scopes, progress, skipped,
-                              embedding_cache))
+    with ExitStack() as stack:
+        scratch = _LazyScratch(server_dsn, notify, stack)
+        for view in chosen_views:
+            rows.extend(_run_view(source, dataset, view, scratch, arms, chosen_scopes, progress, skipped,
+                                  embedding_cache))
+            scratch.drop(view)
     return rows
 
 
-def _scratch(server_dsn: str) -> str:
-    """A fresh, migrated scratch database for one view (dropped and made again by the next)."""
-    import groundkit
+class _LazyScratch:
+    """This run's scratch databases (:class:`ScratchDatabases`), one per view, migrated without
+    the gate; the lock on the server is taken when the first is needed (a run of reference
+    engines only needs none)."""
 
-    dsn = fresh_database(server_dsn, DATABASE)
-    groundkit.migrate(dsn)
-    return dsn
+    def __init__(self, server_dsn: str, notify: Notify | None, stack: ExitStack) -> None:
+        self._server_dsn = server_dsn
+        self._notify = notify
+        self._stack = stack
+        self._scratch: ScratchDatabases | None = None
+
+    def create(self, view: str) -> str:
+        import groundkit
+
+        if self._scratch is None:
+            self._scratch = self._stack.enter_context(ScratchDatabases(self._server_dsn, PURPOSE, self._notify))
+        dsn = self._scratch.create(view)
+        groundkit.migrate(dsn, gate=False)
+        return dsn
+
+    def drop(self, view: str) -> None:
+        if self._scratch is not None:
+            self._scratch.drop(self._scratch.name(view))
 
 
-def _run_view(source: Collection, dataset: Path, view: str, server_dsn: str, arms: Sequence[str],
+def _run_view(source: Collection, dataset: Path, view: str, scratch: _LazyScratch, arms: Sequence[str],
               scopes: Sequence[str], progress: Progress | None, skipped: Callable[[str, str], None] | None,
               embedding_cache: Path | None) -> list[QualityRow]:
     collection: Collection = source
     hit_id: HitId = _object_id
     dsn: str | None = None
     if view == "turns":  # the chunks come from groundkit's chunker, whatever the arms
-        dsn = _scratch(server_dsn)
+        dsn = scratch.create(view)
         collection, hit_id = load_turns(dsn, dataset, source, progress)
     dense: str | None = None  # why the dense arms cannot run, once known ("" when they can)
     rows: list[QualityRow] = []
     for arm in arms:
         if arm in GROUNDKIT_ARMS and dsn is None:
-            dsn = _scratch(server_dsn)
+            dsn = scratch.create(view)
             load_into_groundkit(dsn, collection, progress)
         if arm in DENSE_ARMS:
             assert dsn is not None

@@ -32,13 +32,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict
 
 from groundkit.client import Groundkit
+from groundkit.databases import Notify, ScratchDatabases
 from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument
 from groundkit.models import SearchHit, SearchModeSetting
+
+if TYPE_CHECKING:
+    from groundkit.quality.datasets import Collection
 
 __all__ = [
     "GRID",
@@ -287,13 +291,14 @@ def _types(gk: Groundkit, object_ids: list[str]) -> dict[str, str]:
 
 def propose_from_dataset(dataset: Path, target: Groundkit, server_dsn: str, content_type: str | None = None,
                          alpha: float = 0.05, embedding_cache: Path | None = None,
-                         progress: Any = None) -> tuple[list[Proposal], list[str]]:
+                         progress: Any = None, notify: Notify | None = None) -> tuple[list[Proposal], list[str]]:
     """Proposals for ``content_type`` (default: the collection's) from a BEIR folder loaded
     into a scratch database on ``server_dsn`` with the eval's model; the current setting is
     ``target``'s (the database ``--apply`` would change)."""
+    import groundkit
     from groundkit.quality.datasets import load_collection
     from groundkit.quality.dense import prepare_dense
-    from groundkit.quality.harness import READER, _scratch, load_into_groundkit
+    from groundkit.quality.harness import PURPOSE, load_into_groundkit
 
     collection = load_collection(dataset)
     if collection.grouped:  # one space: the proposal is for the content type, not per meeting
@@ -301,11 +306,22 @@ def propose_from_dataset(dataset: Path, target: Groundkit, server_dsn: str, cont
     if content_type is not None:
         collection = collection.model_copy(update={"content_type": content_type})
     now = Candidate.of(target.auto_search_settings([collection.content_type]))
-    dsn = _scratch(server_dsn)
-    load_into_groundkit(dsn, collection, progress)
-    prepare_dense(dsn, embedding_cache, progress)
     judged: list[Judged] = []
     skipped: list[str] = []
+    # a database of this run's own, dropped at the end (groundkit/databases.py)
+    with ScratchDatabases(server_dsn, PURPOSE, notify) as scratch:
+        dsn = scratch.create("propose")
+        groundkit.migrate(dsn, gate=False)
+        load_into_groundkit(dsn, collection, progress)
+        prepare_dense(dsn, embedding_cache, progress)
+        _search_dataset(dsn, collection, now, judged, skipped, progress)
+    return propose({collection.content_type: judged}, {collection.content_type: now}, alpha), skipped
+
+
+def _search_dataset(dsn: str, collection: Collection, now: Candidate, judged: list[Judged], skipped: list[str],
+                    progress: Any) -> None:
+    from groundkit.quality.harness import READER
+
     with Groundkit.connect(dsn) as gk:
         for n, query in enumerate(collection.queries, start=1):
             try:
@@ -318,7 +334,6 @@ def propose_from_dataset(dataset: Path, target: Groundkit, server_dsn: str, cont
             judged.append(Judged(query.query_id, bm25, dense, collection.qrels.get(query.query_id, {}), measured))
             if progress is not None and (n % 25 == 0 or n == len(collection.queries)):
                 progress("search", n, len(collection.queries))
-    return propose({collection.content_type: judged}, {collection.content_type: now}, alpha), skipped
 
 
 def apply(target: Groundkit, proposals: Sequence[Proposal]) -> list[Proposal]:

@@ -2,13 +2,14 @@
 
 The member comes from a bearer token (``groundkit tokens create``) or, behind a proxy that
 authenticates and sets it, from a trusted header (``trust_header``, off by default). Never from
-the body or the query string. Handlers are plain functions: Starlette runs them in its thread
-pool, each borrowing one connection from the service's bounded pool.
+the body or the query string. Input is read strictly (:mod:`groundkit.serve.inputs`): a body
+is JSON without duplicate keys, typed as JSON types it; an endpoint whose input is the body or
+the path refuses a query string. Handlers are plain functions: Starlette runs them in its
+thread pool, each borrowing one connection from the service's bounded pool.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -16,11 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from groundkit.errors import GroundkitError, InvalidArgument, Unauthenticated
+from groundkit.serve.inputs import load_json, parse_input, parse_params, refuse_query_string
 from groundkit.serve.models import (
     CitationInput,
     CitationResult,
@@ -31,7 +33,7 @@ from groundkit.serve.models import (
     SearchInput,
     SearchResult,
 )
-from groundkit.serve.service import ReadService, error_body, parse_input
+from groundkit.serve.service import ReadService, error_body
 
 MAX_BODY = 64 * 1024
 log = logging.getLogger("groundkit.serve")
@@ -64,27 +66,31 @@ class Api:
         return self.service.member_for_token(token.strip() if scheme.lower() == "bearer" else None)
 
     def search(self, request: Request, body: bytes) -> BaseModel:
-        try:
-            data = json.loads(body)
-        except ValueError:
-            raise InvalidArgument("the body must be a JSON object") from None
-        return self.service.search(self.member(request), parse_input(SearchInput, data))
+        request_input = parse_input(SearchInput, load_json(body))
+        return self.service.search(self.member(request), request_input)
 
     def home(self, request: Request, body: bytes) -> BaseModel:
-        return self.service.home(self.member(request), parse_input(HomeInput, dict(request.query_params)))
+        request_input = parse_params(HomeInput, request.query_params.multi_items())
+        return self.service.home(self.member(request), request_input)
 
     def citation(self, request: Request, body: bytes) -> BaseModel:
-        return self.service.fetch_citation(self.member(request),
-                                           parse_input(CitationInput, dict(request.path_params)))
+        request_input = parse_params(CitationInput, request.path_params.items())
+        return self.service.fetch_citation(self.member(request), request_input)
 
 
-def _endpoint(handler: Callable[[Request, bytes], BaseModel]) -> Callable[[Request], Any]:
+def _endpoint(handler: Callable[[Request, bytes], BaseModel], *, query: bool = False) -> Callable[[Request], Any]:
+    """``handler`` as a route; ``query``: whether its input is the query string (else one is refused)."""
+
     async def endpoint(request: Request) -> Response:
         from starlette.concurrency import run_in_threadpool
 
         try:
+            if not query:
+                refuse_query_string(request.scope.get("query_string", b""))
             body = await _body(request)
             return _json(await run_in_threadpool(handler, request, body))
+        except ClientDisconnect:  # gone mid-body (the transport's body deadline, or the client): nobody to answer
+            return Response(status_code=400)
         except GroundkitError as exc:
             return _error(exc)
         except Exception as exc:  # never a stack trace in a response: it goes to the server's log
@@ -125,7 +131,7 @@ def create_app(service: ReadService, *, trust_header: str | None = None) -> Star
 
     return Starlette(routes=[
         Route("/v1/search", _endpoint(api.search), methods=["POST"]),
-        Route("/v1/home", _endpoint(api.home), methods=["GET"]),
+        Route("/v1/home", _endpoint(api.home, query=True), methods=["GET"]),
         Route("/v1/citations/{object_id}/{version}/{chunk_seq}", _endpoint(api.citation), methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/openapi.json", openapi, methods=["GET"]),
@@ -146,7 +152,12 @@ def openapi_document(trust_header: str | None = None) -> dict[str, Any]:
         return {"content": {"application/json": {"schema": ref(model)}}}
 
     errors = {str(s): {"description": d, **reply(ErrorBody)} for s, d in (
-        (400, "bad input (GK005 and kin)"), (401, "no valid token (GK014)"), (503, "database busy or down"))}
+        (400, "bad input (GK005 and kin): a wrong field or JSON type, a duplicate key, a query string where none "
+              "is taken"),
+        (401, "no valid token (GK014)"),
+        (408, "the request's headers did not arrive in time (code timeout; the connection is closed)"),
+        (503, "busy (GK019: a lock or statement timeout, no free connection, too many connections; try again), "
+              "no fresh server (GK018), or the database down or not migrated (unavailable)"))}
     citation_params = [{"name": name, "in": "path", "required": True, "schema": schema}
                        for name, schema in CitationInput.model_json_schema()["properties"].items()]
     home_params = [{"name": name, "in": "query", "required": False, "schema": schema}

@@ -2,8 +2,9 @@
 
 The low-level server, not ``MCPServer``: ``MCPServer`` builds each tool's input from the function's
 signature and ignores unknown arguments, while here each tool's input is one of the pydantic
-models in :mod:`groundkit.serve.models` (``extra="forbid"``), so a call that adds ``reader`` is
-refused. No tool takes a reader. Over stdio the member is the ``--reader`` the server was started
+models in :mod:`groundkit.serve.models` (``extra="forbid"``), validated with JSON's types and no
+coercion (:func:`~groundkit.serve.inputs.parse_input`), so a call that adds ``reader``, or gives
+``k`` as ``"5"``, is refused. No tool takes a reader. Over stdio the member is the ``--reader`` the server was started
 with; over streamable HTTP, the member of each request's bearer token, checked by the ASGI layer
 below before the SDK sees the request.
 """
@@ -17,12 +18,16 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from pydantic import BaseModel
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from groundkit.errors import GroundkitError, Unauthenticated
+from groundkit.errors import GroundkitError, InvalidArgument, Unauthenticated
+from groundkit.serve.inputs import load_json, parse_input, refuse_query_string
+from groundkit.serve.limits import ServerLimits
 from groundkit.serve.models import (
     CitationInput,
     CitationResult,
@@ -31,7 +36,8 @@ from groundkit.serve.models import (
     SearchInput,
     SearchResult,
 )
-from groundkit.serve.service import ReadService, error_body, parse_input
+from groundkit.serve.service import ReadService, error_body
+from groundkit.serve.transport import serve
 
 log = logging.getLogger("groundkit.serve")
 MEMBER_KEY = "groundkit_member"  # where the HTTP layer leaves the token's member, in the ASGI scope's state
@@ -111,10 +117,22 @@ def build_server(service: ReadService, reader: str | None) -> Server[Any]:
                   on_list_tools=list_tools, on_call_tool=call_tool)
 
 
+MAX_BODY = 256 * 1024  # a JSON-RPC message to this server is a tool call: far below this
+
+
 class BearerMember:
-    """ASGI middleware: an HTTP request without a valid bearer token gets a 401 with the JSON
-    error body; one with a valid token carries its member in the scope's state. The service's
-    pool opens and closes with the app's lifespan."""
+    """ASGI middleware in front of the SDK's streamable HTTP app, for every request:
+
+    - a query string is refused (400, GK005): nothing here reads one, so none may look as if it did;
+    - without a valid bearer token, a 401 with the JSON error body; with one, its member goes in
+      the scope's state (which the tools read) and in ``scope["user"]``, where the SDK's session
+      manager binds a session to the member who opened it: a request on that session with
+      another member's token is answered 404, as for an unknown session, and reaches nothing;
+    - a POST's body is read whole (at most :data:`MAX_BODY` bytes) and must be strict JSON
+      (:func:`~groundkit.serve.inputs.load_json`: no duplicate keys, no NaN, nested at most 32
+      deep), else 400 (GK005) before the SDK parses it.
+
+    The service's pool opens and closes with the app's lifespan."""
 
     def __init__(self, app: ASGIApp, service: ReadService) -> None:
         self.app = app
@@ -130,14 +148,26 @@ class BearerMember:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         scheme, _, token = headers.get("authorization", "").partition(" ")
         try:
+            refuse_query_string(scope.get("query_string", b""))
             member = await anyio.to_thread.run_sync(
                 self.service.member_for_token, token.strip() if scheme.lower() == "bearer" else None)
-        except Exception as exc:
+            if scope["method"] == "POST":
+                body = await _read_body(receive)
+                if body is None:
+                    return  # the client went away mid-body: nobody to answer
+                load_json(body)
+                receive = _replay(body, receive)
+        except GroundkitError as exc:
+            await _send_error(send, exc)
+            return
+        except Exception as exc:  # never a stack trace in a response: it goes to the server's log
+            log.exception("unexpected error before the MCP layer")
             await _send_error(send, exc)
             return
         scope.setdefault("state", {})[MEMBER_KEY] = member
+        # The SDK binds a session to this principal when it opens and refuses it to any other.
+        scope["user"] = AuthenticatedUser(AccessToken(token="", client_id=member, scopes=[]))
         await self.app(scope, receive, send)
-
 
     def _opening(self, receive: Receive) -> Receive:
         async def receive_and_open() -> Any:
@@ -149,6 +179,34 @@ class BearerMember:
             return message
 
         return receive_and_open
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The request's whole body, or None when the client disconnects first."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if len(body) > MAX_BODY:
+            raise InvalidArgument(f"the body is larger than {MAX_BODY} bytes")
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the body read already, then the client's own messages (its disconnect)."""
+    given = False
+
+    async def replay() -> Any:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 async def _send_error(send: Send, exc: BaseException) -> None:
@@ -183,9 +241,7 @@ def http_app(service: ReadService, host: str = "127.0.0.1") -> ASGIApp:
     return BearerMember(server.streamable_http_app(host=host), service)
 
 
-def run_http(service: ReadService, host: str, port: int) -> None:
-    import uvicorn
-
-    uvicorn.run(http_app(service, host), host=host, port=port, log_level="warning")
+def run_http(service: ReadService, host: str, port: int, limits: ServerLimits | None = None) -> None:
+    serve(http_app(service, host), host, port, limits)
 
 

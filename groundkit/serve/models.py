@@ -78,9 +78,23 @@ class ErrorBody(BaseModel):
     message: str
 
 
+class GateHealth(BaseModel):
+    """The gate's verdict on the configuration the server was started on (docs/governance.md):
+    ``allowed_ungated`` when it was started with ``--allow-ungated`` on one no gate certifies."""
+
+    model_config = ConfigDict(frozen=True)
+
+    certified: bool
+    allowed_ungated: bool
+    config_hash: str | None = None
+    ledger_id: int | None = None
+    reason: str | None = None
+
+
 class Health(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     database: Literal["ok", "unavailable"]
     revision: str | None = None
     expected_revision: str
+    gate: GateHealth | None = None

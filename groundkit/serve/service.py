@@ -12,15 +12,15 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
-from pydantic import BaseModel, ValidationError
 
 from groundkit import dsn as groundkit_dsn
 from groundkit import tokens
 from groundkit.client import Groundkit
 from groundkit.errors import (
+    ConfigError,
+    DatabaseBusy,
     DatabaseUnavailable,
     GroundkitError,
-    InvalidArgument,
     MigrationError,
     NoFreshServer,
     Unauthenticated,
@@ -33,6 +33,7 @@ from groundkit.serve.models import (
     CitationInput,
     CitationResult,
     ErrorBody,
+    GateHealth,
     Health,
     HomeInput,
     HomeResult,
@@ -40,22 +41,50 @@ from groundkit.serve.models import (
     SearchResult,
 )
 
-_M = TypeVar("_M", bound=BaseModel)
 _R = TypeVar("_R")
 
 POOL_SIZE = 10
 POOL_TIMEOUT = 5.0  # seconds a request waits for a connection before it gets a 503
+# Set on every pooled connection, so that a request never waits on the database longer than
+# these: a lock held elsewhere (rebuild's ACCESS EXCLUSIVE on chunks) ends in lock_timeout, the
+# same wait as for a free connection; a statement that runs away ends in statement_timeout.
+# Either is a 503 with GK019. 0 turns one off.
+STATEMENT_TIMEOUT = 30.0
+LOCK_TIMEOUT = 5.0
+
+_PgConn = psycopg.Connection[dict[str, Any]]
 
 
-class Busy(DatabaseUnavailable):
-    """No pooled connection came free in time (HTTP 503)."""
+class Busy(DatabaseBusy):
+    """No pooled connection came free in time (HTTP 503, GK019)."""
+
+
+def _milliseconds(seconds: float, name: str) -> str:
+    if not (isinstance(seconds, int | float) and 0 <= seconds <= 86_400):
+        raise ConfigError(f"{name} must be a number of seconds from 0 (none) to 86400")
+    return f"{max(1, round(seconds * 1000)) if seconds > 0 else 0}ms"
+
+
+def session_timeouts(statement_timeout: float, lock_timeout: float) -> Callable[[_PgConn], None]:
+    """The pool's ``configure`` callback: sets both timeouts on each new connection, for its
+    session (the pool's connections are autocommit, and groundkit never sets them itself)."""
+    values = (_milliseconds(statement_timeout, "statement_timeout"), _milliseconds(lock_timeout, "lock_timeout"))
+
+    def configure(conn: _PgConn) -> None:
+        conn.execute("select pg_catalog.set_config('statement_timeout', %s, false),"
+                     "       pg_catalog.set_config('lock_timeout', %s, false)", values)
+
+    return configure
 
 
 class ReadService:
     """A psycopg_pool of at most ``pool_size`` connections to ``dsn``; a request that waits
-    longer than ``pool_timeout`` seconds for one raises :class:`Busy`."""
+    longer than ``pool_timeout`` seconds for one raises :class:`Busy`. Every connection has
+    ``statement_timeout`` and ``lock_timeout`` (seconds, 0 for none) set; a statement that hits
+    one raises :class:`~groundkit.errors.DatabaseBusy` (GK019, HTTP 503)."""
 
     def __init__(self, dsn: str, *, pool_size: int = POOL_SIZE, pool_timeout: float = POOL_TIMEOUT,
+                 statement_timeout: float = STATEMENT_TIMEOUT, lock_timeout: float = LOCK_TIMEOUT,
                  replicas: Sequence[str] = (), max_lag: float = DEFAULT_MAX_LAG) -> None:
         """With ``replicas``, reads (search, home, citations) go through the permission fence to a
         fresh replica, else to ``dsn`` (docs/replicas.md); tokens and health stay on ``dsn``."""
@@ -65,14 +94,18 @@ class ReadService:
         # logs libpq's message, which quotes the DSN (password included).
         groundkit_dsn.parse(dsn)
         scrub_pool_log(dsn)
-        self.pool: ConnectionPool[psycopg.Connection[dict[str, Any]]] = ConnectionPool(
+        configure = session_timeouts(statement_timeout, lock_timeout)
+        self.pool: ConnectionPool[_PgConn] = ConnectionPool(
             dsn, min_size=1, max_size=pool_size, timeout=pool_timeout, open=False, name="groundkit-serve",
-            kwargs={"autocommit": True, "row_factory": dict_row},
+            kwargs={"autocommit": True, "row_factory": dict_row}, configure=configure,
             connection_class=psycopg.Connection[dict[str, Any]],
         )
         self._expected = _head_revision()
+        # the gate's verdict the server started on (groundkit/cli/serve.py), shown in /healthz
+        self.gate: GateHealth | None = None
         self.fenced = (FencedPool(dsn, replicas, max_lag=max_lag, pool_size=pool_size, pool_timeout=pool_timeout,
-                                  open_wait=False, primary_pool=self.pool) if replicas else None)
+                                  open_wait=False, primary_pool=self.pool, configure=configure)
+                       if replicas else None)
 
     def open(self) -> None:
         # not waiting: the server starts (and /healthz answers 503) while the database is down
@@ -135,8 +168,8 @@ class ReadService:
             with self.groundkit() as gk:
                 revision = gk._scalar("select groundkit.schema_revision()", {})
         except GroundkitError:
-            return Health(database="unavailable", expected_revision=self._expected)
-        return Health(database="ok", revision=revision, expected_revision=self._expected)
+            return Health(database="unavailable", expected_revision=self._expected, gate=self.gate)
+        return Health(database="ok", revision=revision, expected_revision=self._expected, gate=self.gate)
 
 
 def _head_revision() -> str:
@@ -148,14 +181,9 @@ def _head_revision() -> str:
     return head or ""
 
 
-def parse_input(model: type[_M], data: object) -> _M:
-    """``data`` as the input model; a bad field is InvalidArgument (GK005) naming the field, never
-    echoing the value."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'input'}: {e['msg']}" for e in exc.errors())
-        raise InvalidArgument(problems) from None
+def _busy_reason(exc: DatabaseBusy) -> str:
+    return {"57014": "a statement timeout", "55P03": "a lock timeout"}.get(exc.sqlstate or "",
+                                                                          "no connection came free")
 
 
 def error_body(exc: BaseException) -> tuple[int, ErrorBody]:
@@ -167,8 +195,9 @@ def error_body(exc: BaseException) -> tuple[int, ErrorBody]:
         return 404, ErrorBody(code="GK009", message=exc.message)
     if isinstance(exc, NoFreshServer):
         return 503, ErrorBody(code="GK018", message=exc.message)
-    if isinstance(exc, Busy):
-        return 503, ErrorBody(code="unavailable", message=exc.message)
+    if isinstance(exc, DatabaseBusy):
+        return 503, ErrorBody(code="GK019", message="the database is busy or did not answer in time "
+                              f"({_busy_reason(exc)}); nothing was changed, try again")
     if isinstance(exc, DatabaseUnavailable | MigrationError):
         return 503, ErrorBody(code="unavailable", message="the database is unavailable or not migrated")
     if isinstance(exc, GroundkitError) and exc.sqlstate and exc.sqlstate.startswith("GK"):

@@ -1,21 +1,21 @@
 """Search modes per content type: what `auto` searches each content type with (issue 52).
 
-Revision ID: 0026
-Revises: 0025
+Revision ID: 0030
+Revises: 0029
 Create Date: 2026-12-05
 
 - ``config.search_modes``: ``{"<content type>": {"mode": "bm25" | "dense" | "hybrid", "fusion",
   "rrf_k", "bm25_weight", "dense_weight", "depth"}, ...}`` (every key but ``mode`` optional), set
   with ``groundkit.set_search_mode`` (the owner's) and read by ``groundkit.auto_search_settings``
-  (sql/086_search_modes.sql, docs/dense.md "Search modes per content type").
+  (sql/085_search_modes.sql, docs/dense.md "Search modes per content type").
 """
 
 from __future__ import annotations
 
 from alembic import op
 
-revision = "0026"
-down_revision = "0025"
+revision = "0030"
+down_revision = "0027"  # TEMPORARY for testing on this branch; 0029 (0029_dense_buckets) in the final commit
 branch_labels = None
 depends_on = None
 
