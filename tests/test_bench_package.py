@@ -225,9 +225,9 @@ def test_embed_times_each_variant_and_scores_it(embed_home: Path, tmp_path: Path
     assert all(float(r[3]) == 1.0 for r in rows), out  # each finds both relevant abstracts first
 
 
-def test_embed_job_splits_the_commands_path(server_dsn: str, embed_home: Path, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch,
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_embed_job_splits_the_commands_path(
+        server_dsn: str, embed_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
     """On four abstracts: every arm embeds the same texts (the job's and the command's own), the
     database path alone stores them all, and the ratios are printed."""
     monkeypatch.setenv("GROUNDKIT_HOME", str(embed_home))

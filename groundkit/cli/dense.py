@@ -230,13 +230,14 @@ def dense_enable(
     tap: gov.TapOption = None,
     dsn: DsnOption = None,
 ) -> None:
-    """Turn on dense and hybrid search with the local model (all-MiniLM-L6-v2, the `embed`
-    extra): register it (its dimension is known), embed every current chunk with a progress
-    bar, and make it the active model once none is left (`groundkit cutover`'s path, behind the
-    permission gate), so that
-    search's default mode, `auto`, is hybrid from then on. Run again, it embeds what the model
-    lacks. Ctrl-C keeps every batch committed; the model stays being built and a running worker
-    embeds the rest. Refused while another model is active (swapping: `groundkit reindex`)."""
+    """Turn on dense and hybrid search with the local model (all-MiniLM-L6-v2, the `embed` extra).
+
+    Registers it (its dimension is known), embeds every current chunk with a progress bar, and
+    makes it the active model once none is left (`groundkit cutover`'s path, behind the
+    permission gate), so that search's default mode, `auto`, is hybrid from then on. Run again,
+    it embeds what the model lacks. Ctrl-C keeps every batch committed; the model stays being
+    built and a running worker embeds the rest. Refused while another model is active (swapping:
+    `groundkit reindex`)."""
     bypass = gov.skip_reason(skip_gate, reason)
     target = resolve_dsn(dsn)
     with Groundkit.connect(target) as gk:
@@ -249,10 +250,10 @@ def dense_enable(
                 def advance(done: int, total: int) -> None:
                     progress.update(task, completed=done, total=total)
 
-                report = dense_enable_lib.enable(
-                    gk, lambda name, force: activate_model(target, name, force=force, skip_reason=bypass,
-                                                           gate_dsn=gate_dsn, tap=tap), name=model, now=now,
-                    batch=batch, progress=advance)
+                def activate(name: str, force: bool) -> str | None:
+                    return activate_model(target, name, force=force, skip_reason=bypass, gate_dsn=gate_dsn, tap=tap)
+
+                report = dense_enable_lib.enable(gk, activate, name=model, now=now, batch=batch, progress=advance)
                 progress.remove_task(task)
                 for step in embedding.build_due_indexes(gk, [model]):
                     err.print(f"built the HNSW index of {step.reason} in {step.seconds:.1f} s", highlight=False)

@@ -28,11 +28,13 @@ def explain_command(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
     dsn: DsnOption = None,
 ) -> None:
-    """Why READER can or cannot see OBJECT right now: each clause of the permission predicate
-    (the reader's status and tier, the object's current version and its tier, tombstone, the
-    space's minimum tier and privacy, the grant, owner-only) with its value, and the clause that
-    decides. The answer is search's own (the functions search applies), not a second opinion.
-    The owner's and groundkit_auditor's only (groundkit.explain_visibility): it says what exists."""
+    """Why a member can or cannot see an object right now, clause by clause.
+
+    Each clause of the permission predicate (the reader's status and tier, the object's current
+    version and its tier, tombstone, the space's minimum tier and privacy, the grant, owner-only)
+    with its value, and the clause that decides. The answer is search's own (the functions search
+    applies), not a second opinion. The owner's and groundkit_auditor's only
+    (groundkit.explain_visibility): it says what exists."""
     if mode not in SEARCH_MODES:
         raise InvalidArgument(f"--mode is one of {', '.join(SEARCH_MODES)} (got {mode!r})")
     search_mode: SearchMode = mode  # type: ignore[assignment]
