@@ -163,8 +163,11 @@ class Admin(Session):
         built-in rule). Returns the setting now in force (``None`` after ``auto``). Searches
         from the next statement on use it; the database's other settings are unchanged.
         GK004 for an unknown content type, GK005 for a value ``search_hybrid`` would refuse.
-        (`groundkit eval propose --apply` calls this; once the gate certifies configurations,
-        proposals will go through it instead.)"""
+        The setting is a component of the configuration the gate certifies
+        (docs/governance.md); no gate section needs re-running for it, and
+        ``groundkit config set-search-mode`` and ``groundkit eval propose --apply`` carry the
+        certificate over (:func:`groundkit.deployment.carry_certificate`) once it is committed.
+        Called here, the configuration is uncertified until that or a gate run records it."""
         for name, value in (("rrf_k", rrf_k), ("depth", depth)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise InvalidArgument(f"{name} must be an integer (got {value!r})")

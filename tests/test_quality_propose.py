@@ -7,15 +7,18 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
+from psycopg.rows import dict_row
 from typer.testing import CliRunner
 
-from groundkit import Groundkit, embedding, model_swap
+from groundkit import Groundkit, deployment, embedding, model_swap
 from groundkit.cli import app
 from groundkit.models import SearchModeSetting
 from groundkit.quality.propose import GRID, Candidate, Judged, _searches, fuse, propose
 from groundkit.quality.samples import export_samples
 from tests.dense_fakes import FakeEmbeddings, add_fake_model, fake_openai_server
+from tests.governance_helpers import certify
 
 runner = CliRunner()
 HYBRID = Candidate("hybrid")  # search_hybrid's defaults: what auto runs with a model and no setting
@@ -152,13 +155,24 @@ def test_propose_from_the_samplers_export_applies_only_when_asked(dsn: str, gk: 
     table = runner.invoke(app, ["eval", "propose", "--labels", str(labels), "--dsn", dsn])
     assert table.exit_code == 0 and "board_post: every setting scored" in table.stdout
 
+    # dense now (the fake model ranks by no meaning): the labeller's BM25 answers argue for a change
+    for content_type in proposals:
+        gk.set_search_mode(content_type, "dense")
+    before = gk.search_modes()
+    basis = certify(dsn)  # through the gate: the certificate is carried over (docs/governance.md)
     applied = runner.invoke(app, ["eval", "propose", "--labels", str(labels), "--json", "--apply", "--alpha", "0.99",
                                   "--dsn", dsn])
     assert applied.exit_code == 0, applied.output
     done = {p["content_type"]: p for p in map(json.loads, applied.stdout.splitlines())}
-    expected = {t: SearchModeSetting.model_validate(p["setting"]) for t, p in done.items() if p["applied"]}
-    assert gk.search_modes() == expected
-    assert all(p["applied"] == p["apply"] for p in done.values())
+    changed = {t: SearchModeSetting.model_validate(p["setting"]) for t, p in done.items() if p["applied"]}
+    assert changed and gk.search_modes() == {**before, **changed}
+    assert all(p["applied"] == p["apply"] and p["current"] == "dense" for p in done.values())
+    assert f"carries the certificate of ledger row {basis}" in " ".join(applied.stderr.split())
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        now = deployment.status(conn)
+    assert now.certified and now.kind == "policy"
+    assert json.loads(now.config["search_modes"] or "null") == {t: s.model_dump(exclude_none=True)
+                                                               for t, s in {**before, **changed}.items()}
 
 
 def test_propose_from_a_beir_folder_with_the_local_model(dsn: str, tmp_path: Path,

@@ -154,3 +154,56 @@ def test_cli_sets_and_lists_search_modes(dsn: str, gk: Groundkit) -> None:
     bad = subprocess.run([*CLI, "config", "set-search-mode", "transcript", "bm25", "--rrf-k", "5", "--dsn", dsn],
                          capture_output=True, text=True, timeout=120)
     assert bad.returncode == 1 and "GK005" in bad.stderr + bad.stdout
+
+
+def test_a_search_mode_change_carries_the_gates_certificate_over(dsn: str, gk: Groundkit) -> None:
+    """The search modes are a component of the configuration the gate certifies
+    (docs/governance.md), one no gate section tests: set through the CLI on a certified
+    database, the change records a certified row of kind 'policy' resting on the certificate;
+    set around the CLI (the Python API here) the configuration is uncertified until one is."""
+    from psycopg.rows import dict_row
+
+    from groundkit import deployment
+    from tests.governance_helpers import certify
+
+    def status() -> deployment.DeploymentStatus:
+        with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+            return deployment.status(conn)
+
+    assert status().config["search_modes"] is None
+    basis = certify(dsn)
+    done = subprocess.run([*CLI, "config", "set-search-mode", "transcript", "bm25", "--dsn", dsn],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"carries the certificate of ledger row {basis}" in " ".join(done.stdout.split())
+    now = status()
+    assert now.certified and now.kind == "policy" and now.ledger_id is not None and now.ledger_id > basis
+    assert json.loads(now.config["search_modes"] or "null") == {"transcript": {"mode": "bm25"}}
+    gk.set_search_mode("board_post", "hybrid", dense_weight=2.0)
+    assert not status().certified
+    assert deployment.carry_certificate(dsn, "test") is not None and status().certified
+
+
+def test_a_component_the_database_does_not_list_yet_is_the_templates_default(
+        server_dsn: str, template_db: str, dsn: str) -> None:
+    """A database migrated by a groundkit from before the search modes joined the configuration
+    lists no `search_modes`: what a gated migrate tests for it is the template's default (what the
+    migration leaves there), so that the configuration it certifies is the one serving afterwards."""
+    from psycopg.conninfo import make_conninfo
+    from psycopg.rows import dict_row
+
+    from groundkit import deployment
+    from tests.conftest import drop_database, fresh_database
+
+    older = fresh_database(server_dsn, template_db)
+    try:
+        with psycopg.connect(make_conninfo(server_dsn, dbname=older), autocommit=True, row_factory=dict_row) as real, \
+                psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as template:
+            real.execute("""create or replace function groundkit._configuration_data() returns jsonb
+                            language sql stable set search_path = pg_catalog, pg_temp
+                            as $$ select jsonb_build_object('embedding_model', null::text,
+                                                            'outbound_policy', 'older') $$""")
+            data = deployment._data_components(real, template)
+    finally:
+        drop_database(server_dsn, older)
+    assert data["outbound_policy"] == "older" and "search_modes" in data and data["search_modes"] is None

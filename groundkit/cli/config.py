@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.client import Groundkit
@@ -74,12 +75,24 @@ def set_search_mode(
         now = gk.auto_search_settings([content_type])
     if entry is None:
         out.print(f"{content_type}: no setting; auto runs {now.mode} (the built-in rule)", highlight=False)
-        return
-    knobs = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
-                      for k, v in entry.model_dump(exclude={"mode", "source"}, exclude_none=True).items())
-    out.print(f"{content_type}: auto runs {entry.mode}" + (f" ({knobs})" if knobs else "")
-              + ("" if now.mode == entry.mode else f"; here it runs {now.mode} ({now.source}: no active model)"),
-              highlight=False)
+    else:
+        knobs = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in entry.model_dump(exclude={"mode", "source"}, exclude_none=True).items())
+        out.print(f"{content_type}: auto runs {entry.mode}" + (f" ({knobs})" if knobs else "")
+                  + ("" if now.mode == entry.mode else f"; here it runs {now.mode} ({now.source}: no model that "
+                     "can run it)"), highlight=False)
+    carry_search_modes(dsn, f"groundkit config set-search-mode {content_type} {mode}")
+
+
+def carry_search_modes(dsn: str | None, command: str, console: Console = out) -> None:
+    """The gate's certificate carried over a search mode change (no gate section tests it:
+    groundkit.deployment.TRIGGERS), said on ``console`` when there was one to carry."""
+    from groundkit import deployment
+    from groundkit.client import resolve_dsn
+
+    carried = deployment.carry_certificate(resolve_dsn(dsn), command)
+    if carried is not None:
+        console.print(f"gate ledger row {carried.ledger_id}: {carried.reason}", highlight=False)
 
 
 @app.command("search-modes")

@@ -180,8 +180,9 @@ def propose(
     alpha: Annotated[float, typer.Option(help="A proposal is applicable when the paired t-test's p is below this.")
                      ] = 0.05,
     apply_them: Annotated[bool, typer.Option("--apply", help="Set the applicable proposals (groundkit config "
-                                             "set-search-mode), in one transaction. Without it nothing changes.")
-                          ] = False,
+                                             "set-search-mode), in one transaction, and carry the gate's "
+                                             "certificate over (docs/governance.md). Without it nothing "
+                                             "changes.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per content type (kind proposal).")
                        ] = False,
     dsn: DsnOption = None,
@@ -217,6 +218,11 @@ def propose(
                                                                     alpha, progress=progress, notify=_notice)
         if apply_them:
             proposals = proposing.apply(target, proposals)
+    if any(p.applied for p in proposals):
+        from groundkit.cli.config import carry_search_modes
+
+        carry_search_modes(dsn, "groundkit eval propose --apply: " + ", ".join(
+            f"{p.content_type} {p.proposed}" for p in proposals if p.applied), err if as_json else out)
     if as_json:
         for p in proposals:
             sys.stdout.write(json.dumps(p.as_json()) + "\n")

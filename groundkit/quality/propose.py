@@ -23,7 +23,9 @@ current setting and the p-value of the paired t-test (:mod:`groundkit.quality.st
 same queries. It is applied (``--apply``: :meth:`~groundkit.admin.Admin.set_search_mode`) only
 when it differs from the current setting, gains, and p < ``alpha``. The best of a grid is chosen
 and tested on the same queries, which flatters it a little: judge small gains on a held-out
-file. (Once the gate certifies configurations, ``--apply`` will go through it.)
+file. The search modes are a component of the configuration the gate certifies; ``eval propose
+--apply`` carries the certificate over, since no gate section tests a mode setting
+(docs/governance.md).
 """
 
 from __future__ import annotations
