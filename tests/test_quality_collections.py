@@ -72,6 +72,27 @@ def test_a_refused_query_is_counted_with_its_reason_and_the_run_goes_on(server_d
     assert line["kind"] == "arm" and line["refused"] == 1 and line["refusals"][0]["code"] == "GK005"
 
 
+def test_groundkits_bm25_parameters_can_be_set_for_the_run(server_dsn: str, tmp_path: Path) -> None:
+    """--bm25-k1/--bm25-b set groundkit's BM25 in the scratch database before the load (the
+    reference engines keep theirs): a long post saying "kiln" three times outranks the short one
+    that is the answer without length normalisation (b 0), and not with it (b 1)."""
+    filler = " ".join(f"filler{n}" for n in range(80))
+    dataset = _write(tmp_path / "kilns", [("short", "Kiln", "kiln firing"),
+                                          ("long", "Kilns", f"kiln kiln kiln {filler} firing")],
+                     [("q1", "kiln firing")], [("q1", "short", 1)])
+    flat, normalised = (run_quality(dataset, server_dsn, arms=("bm25",), bm25_k1_b=(5.0, b))[0] for b in (0.0, 1.0))
+    assert flat.bm25_k1_b == (5.0, 0.0) and flat.per_query_ndcg["q1"] < 1.0
+    assert normalised.per_query_ndcg["q1"] == 1.0
+    result = CliRunner().invoke(app, ["eval", "quality", "--dataset", str(dataset), "--arm", "bm25", "--bm25-k1",
+                                      "5", "--bm25-b", "0", "--json", "--dsn", server_dsn])
+    assert result.exit_code == 0, result.output
+    (line,) = [json.loads(x) for x in result.stdout.splitlines() if '"kind": "arm"' in x]
+    assert line["bm25_k1_b"] == [5.0, 0.0] and line["ndcg@10"] == pytest.approx(flat.ndcg_10)
+    alone = CliRunner().invoke(app, ["eval", "quality", "--dataset", str(dataset), "--bm25-k1", "5", "--dsn",
+                                     server_dsn])
+    assert alone.exit_code == 1 and "--bm25-k1 and --bm25-b go together" in alone.output
+
+
 def test_forum_collections_load_as_board_posts(tmp_path: Path) -> None:
     dataset = _forum(tmp_path / "semeval-cqa-forum")
     assert load_collection(dataset).content_type == "board_post"

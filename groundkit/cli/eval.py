@@ -41,6 +41,11 @@ def quality(
     scope: Annotated[list[str] | None, typer.Option(
         help="all (the whole collection) or meeting (each query within its own meeting: transcripts); "
         "repeatable. Default: every scope the collection has.")] = None,
+    bm25_k1: Annotated[float | None, typer.Option(
+        help="groundkit's BM25 k1 in the scratch database (with --bm25-b; default groundkit's own, 0.9), as "
+        "`groundkit config set-bm25` sets it. The reference engines keep theirs.")] = None,
+    bm25_b: Annotated[float | None, typer.Option(help="groundkit's BM25 b (with --bm25-k1; default 0.4).")
+                      ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line: each arm's numbers "
                                           "(kind arm), then the paired comparisons (kind comparison).")] = False,
     reference: Annotated[bool, typer.Option(
@@ -60,9 +65,11 @@ def quality(
     (--dataset), or of the current search against labelled samples (--labels)."""
     from groundkit.quality.harness import ALL_ARMS, comparisons, run_quality
 
+    if (bm25_k1 is None) != (bm25_b is None):
+        raise InvalidArgument("--bm25-k1 and --bm25-b go together")
     if labels is not None:
-        if dataset is not None or arm or reference:
-            raise InvalidArgument("--labels takes no --dataset, --arm or --reference")
+        if dataset is not None or arm or reference or bm25_k1 is not None:
+            raise InvalidArgument("--labels takes no --dataset, --arm, --reference or --bm25-k1/--bm25-b")
         _labels(labels, _readers(reader or []), as_json, dsn)
         return
     if reader:
@@ -70,9 +77,9 @@ def quality(
     if dataset is None:
         raise InvalidArgument("give --dataset (a collection) or --labels (a labelled samples file)")
     if reference:
-        if arm or view or scope:
+        if arm or view or scope or bm25_k1 is not None:
             raise InvalidArgument("--reference runs the reference engines on the documents; it takes no --arm, "
-                                  "--view or --scope")
+                                  "--view, --scope or --bm25-k1/--bm25-b")
         _reference(dataset, tolerance, as_json)
         return
     arms = tuple(arm or ALL_ARMS)
@@ -90,7 +97,8 @@ def quality(
             bar.update(tasks[stage], completed=done)
 
         rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, views=view, scopes=scope,
-                           notify=_notice)
+                           notify=_notice,
+                           bm25_k1_b=None if bm25_k1 is None or bm25_b is None else (bm25_k1, bm25_b))
     compared = comparisons(rows)
     if as_json:
         for line in [*(r.as_json() for r in rows), *(c.as_json() for c in compared)]:
@@ -105,7 +113,9 @@ def _quality_tables(rows: list[QualityRow], compared: list[Comparison]) -> None:
         blocks.setdefault((row.dataset, row.view, row.scope), []).append(row)
     for (name, view, scope), block in blocks.items():
         where = "" if (view, scope) == ("documents", "all") else f" ({view}, scope {scope})"
-        table = Table(title=f"{name}{where}: {block[0].queries} queries")
+        params = block[0].bm25_k1_b
+        set_here = "" if params is None else f", groundkit's BM25 at k1 {params[0]:g}, b {params[1]:g}"
+        table = Table(title=f"{name}{where}: {block[0].queries} queries{set_here}")
         for col in ("arm", "nDCG@10", "R@10", "R@100", "MRR@10", "ms/query", "refused"):
             table.add_column(col, justify="left" if col == "arm" else "right")
         for row in block:

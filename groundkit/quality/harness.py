@@ -107,6 +107,9 @@ class QualityRow(BaseModel):
     refused: int = 0
     ms_per_query: float
     refusals: tuple[dict[str, str], ...] = ()
+    #: groundkit's BM25 k1 and b on the arms that rank by it (bm25, hybrid) when the run set them
+    #: (``--bm25-k1``, ``--bm25-b``); None: groundkit's defaults, or an arm they do not touch
+    bm25_k1_b: tuple[float, float] | None = None
     #: nDCG@10 per judged query (for the paired tests; not in the JSON)
     per_query_ndcg: Mapping[str, float] = Field(default_factory=dict, exclude=True, repr=False)
 
@@ -299,23 +302,27 @@ def run_quality(
     views: Sequence[str] | None = None,
     scopes: Sequence[str] | None = None,
     notify: Notify | None = None,
+    bm25_k1_b: tuple[float, float] | None = None,
 ) -> list[QualityRow]:
     """Evaluate each arm on the collection at ``dataset``: rows by view, then arm, then scope.
     ``views`` and ``scopes`` (default: every one the collection has, :func:`views_of`,
     :func:`scopes_of`) choose among them; one it lacks is GK005. ``embedding_cache``: where the
     dense arms' document vectors are kept between runs (default: ``eval-embeddings`` under the
     data directory). ``notify`` hears about scratch databases of killed runs dropped (or left)
-    on the way."""
+    on the way. ``bm25_k1_b``: groundkit's BM25 parameters in the scratch databases (default:
+    groundkit's own defaults), as ``groundkit config set-bm25`` sets them."""
     source = load_collection(dataset)
     chosen_views = _chosen(views, views_of(source, dataset), "view", source.name)
     chosen_scopes = _chosen(scopes, scopes_of(source), "scope", source.name)
     rows: list[QualityRow] = []
     with ExitStack() as stack:
-        scratch = _LazyScratch(server_dsn, notify, stack)
+        scratch = _LazyScratch(server_dsn, notify, stack, bm25_k1_b)
         for view in chosen_views:
             rows.extend(_run_view(source, dataset, view, scratch, arms, chosen_scopes, progress, skipped,
                                   embedding_cache))
             scratch.drop(view)
+    if bm25_k1_b is not None:  # on the arms that rank by groundkit's BM25
+        rows = [r.model_copy(update={"bm25_k1_b": bm25_k1_b}) if r.arm in ("bm25", "hybrid") else r for r in rows]
     return rows
 
 
@@ -324,10 +331,12 @@ class _LazyScratch:
     the gate; the lock on the server is taken when the first is needed (a run of reference
     engines only needs none)."""
 
-    def __init__(self, server_dsn: str, notify: Notify | None, stack: ExitStack) -> None:
+    def __init__(self, server_dsn: str, notify: Notify | None, stack: ExitStack,
+                 bm25_k1_b: tuple[float, float] | None = None) -> None:
         self._server_dsn = server_dsn
         self._notify = notify
         self._stack = stack
+        self._bm25_k1_b = bm25_k1_b
         self._scratch: ScratchDatabases | None = None
 
     def create(self, view: str) -> str:
@@ -337,6 +346,9 @@ class _LazyScratch:
             self._scratch = self._stack.enter_context(ScratchDatabases(self._server_dsn, PURPOSE, self._notify))
         dsn = self._scratch.create(view)
         groundkit.migrate(dsn, gate=False)
+        if self._bm25_k1_b is not None:  # before the load: every impact is computed with them
+            with Groundkit.connect(dsn) as gk:
+                gk.set_bm25(*self._bm25_k1_b)
         return dsn
 
     def drop(self, view: str) -> None:
