@@ -70,7 +70,10 @@ def test_each_content_type_gets_its_own_proposal_with_gain_and_p() -> None:
     assert posts.p_value < 0.001 and posts.apply
     assert posts.setting == {"mode": "bm25"}  # first of the settings that score 1.0
     assert all(c.ndcg_10 <= posts.proposed_ndcg_10 for c in posts.candidates)
-    assert len(posts.candidates) == len(GRID)  # the current setting is one of the grid's
+    # the current setting is one of the grid's; the score-fusion settings need search itself, and
+    # these hand-made judgments have no searched rankings: they are left out
+    scored = [c for c in GRID if c.fusion == "score"]
+    assert len(scored) == 3 and len(posts.candidates) == len(GRID) - len(scored)
     # dense is already the best for transcripts: nothing to apply
     assert (talks.current, talks.proposed, talks.gain, talks.p_value, talks.apply) == ("dense", "dense", 0.0, 1.0,
                                                                                       False)
@@ -104,18 +107,22 @@ def _world(gk: Groundkit, fake: FakeEmbeddings) -> None:
 def test_fusion_agrees_with_search_hybrid_in_the_database(gk: Groundkit, fake: FakeEmbeddings) -> None:
     _world(gk, fake)
     for query in ("glaze kiln", "pricing pottery photographs", "bowls"):
-        scored = Candidate("hybrid", fusion="score", dense_weight=0.5)
+        scored = Candidate("hybrid", fusion="score", bm25_weight=0.75)  # a current setting not in the grid
         bm25, dense, measured = _searches(gk, "t1", query, "board_post", scored)
         judged = Judged("q", bm25, dense, {}, measured)
+        # score fusion reads the legs' internal scores: the grid's and the current one are searched
+        assert set(measured) == {scored, *(c for c in GRID if c.fusion == "score")}
         for candidate, knobs in ((HYBRID, {}), (Candidate("hybrid", "rrf", 60, 1.0, 0.25), {"rrf_k": 60,
                                                                                             "dense_weight": 0.25}),
                                  (Candidate("hybrid", "rrf", 5, 0.5, 1.0, depth=20), {"rrf_k": 5, "bm25_weight": 0.5,
                                                                                      "depth": 20}),
-                                 (scored, {"fusion": "score", "dense_weight": 0.5})):
+                                 (scored, {"fusion": "score", "bm25_weight": 0.75}),
+                                 (Candidate("hybrid", "score", dense_weight=0.5), {"fusion": "score",
+                                                                                   "dense_weight": 0.5})):
             hits = gk.search("t1", query, k=100, mode="hybrid", content_types=["board_post"], **knobs)
             assert list(fuse(judged, candidate)) == [h.object_id for h in hits], (query, candidate)
         with pytest.raises(ValueError, match="measured by search itself"):
-            fuse(judged, Candidate("hybrid", fusion="score"))
+            fuse(judged, Candidate("hybrid", fusion="score", dense_weight=0.25))
 
 
 def test_propose_from_the_samplers_export_applies_only_when_asked(dsn: str, gk: Groundkit, fake: FakeEmbeddings,

@@ -198,8 +198,9 @@ def propose(
     dsn: DsnOption = None,
 ) -> None:
     """Propose, per content type, the search mode and hybrid weights `auto` should run, from
-    judged queries: the best of bm25, dense and hybrid RRF settings by nDCG@10, with its gain
-    over the current setting and a paired t-test (scipy) on the same queries (docs/evals.md)."""
+    judged queries: the best of bm25, dense and hybrid settings (RRF and score fusion) by nDCG@10,
+    with its gain over the current setting and a paired t-test (scipy) on the same queries
+    (docs/evals.md)."""
     from groundkit.client import Groundkit
     from groundkit.quality import propose as proposing
 

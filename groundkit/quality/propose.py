@@ -9,14 +9,15 @@ counts for content type T when a candidate of type T that the reader may see now
 relevant; it is then searched within T (``content_types=[T]``) and judged on its labelled
 objects of type T.
 
-Every query is searched twice, BM25 and dense, :data:`K` deep within the type; every candidate
-setting (:data:`GRID`: bm25, dense, hybrid RRF at two ``rrf_k`` and five leg weightings) and the
-type's current setting (``groundkit.auto_search_settings([T])``) are scored from those two
+Every query is searched twice, BM25 and dense, :data:`K` deep within the type; every RRF
+candidate (:data:`GRID`: bm25, dense, hybrid RRF at two ``rrf_k`` and five leg weightings) and
+the type's current setting (``groundkit.auto_search_settings([T])``) are scored from those two
 lists, fused here exactly as ``search_hybrid`` fuses with RRF (``Σ weight / (rrf_k + rank)``
 over chunks, each leg read ``max(depth, k)`` deep, ties by object id and chunk; a document
 scores its best chunk; ``tests/test_quality_propose.py`` checks it against ``search_hybrid``
-itself). A current setting with score fusion, which reads the legs' internal scores, is
-measured by a third search per query in that setting.
+itself). Score fusion (min-max, ``fusion='score'``) reads the legs' internal scores, so each of
+the grid's three score settings, and a current setting with score fusion, is measured by one
+more search per query in that setting.
 
 The proposal for a type is the setting with the best mean nDCG@10; beside it, its gain over the
 current setting and the p-value of the paired t-test (:mod:`groundkit.quality.stats`) on the
@@ -104,15 +105,24 @@ class Candidate:
         return out
 
 
-#: the settings proposed among: each leg alone, and RRF at search_hybrid's rrf_k and the textbook
-#: 60, with equal weights and with either leg weighted 2x or 4x the other
+#: the settings proposed among: each leg alone, RRF at search_hybrid's rrf_k and the textbook 60,
+#: with equal weights and with either leg weighted 2x or 4x the other, and min-max score fusion
+#: with equal weights and either leg weighted 2x (the forum collections' best fusion in
+#: ``python -m evals.bench fusion``, docs/evals.md)
 GRID: Final[tuple[Candidate, ...]] = (
     Candidate("bm25"),
     Candidate("dense"),
     *(Candidate("hybrid", "rrf", rrf_k, bm25_weight, dense_weight)
       for rrf_k in (20, 60)
       for bm25_weight, dense_weight in ((1.0, 1.0), (1.0, 0.5), (1.0, 0.25), (0.5, 1.0), (0.25, 1.0))),
+    *(Candidate("hybrid", "score", DEFAULT_RRF_K, bm25_weight, dense_weight)
+      for bm25_weight, dense_weight in ((1.0, 1.0), (1.0, 0.5), (0.5, 1.0))),
 )
+
+
+def _measured_by_search(candidate: Candidate) -> bool:
+    """Whether a setting's ranking needs search itself (score fusion), not the two legs."""
+    return candidate.mode == "hybrid" and candidate.fusion != "rrf"
 
 Leg = list[tuple[str, int, float]]  # (object id, chunk seq, score), best first
 
@@ -206,7 +216,10 @@ def _propose_one(content_type: str, judged: Sequence[Judged], now: Candidate, al
 
     qrels = {j.query_id: dict(j.qrels) for j in judged}
     queries = sorted(qrels)
-    settings = list(dict.fromkeys([now, *grid]))
+    # a score-fusion setting counts where search measured it for every query (it always does for
+    # the queries _searches ran; hand-made judgments may leave them out)
+    settings = [c for c in dict.fromkeys([now, *grid])
+                if not _measured_by_search(c) or all(c in j.measured for j in judged)]
     values = {c: per_query(qrels, {j.query_id: fuse(j, c) for j in judged}) for c in settings}
     means = {c: {key: sum(values[c][q][key] for q in queries) / len(queries) for key in ("ndcg@10", "recall@100")}
              for c in settings}
@@ -221,18 +234,18 @@ def _propose_one(content_type: str, judged: Sequence[Judged], now: Candidate, al
                                         recall_100=means[c]["recall@100"]) for c in settings))
 
 
-def _searches(gk: Groundkit, reader: str, query: str, content_type: str,
-              current: Candidate | None = None) -> tuple[Leg, Leg, dict[Candidate, dict[str, float]]]:
-    """The two lists of one query within one type, and the current setting's ranking where
-    it cannot be fused from them (score fusion)."""
+def _searches(gk: Groundkit, reader: str, query: str, content_type: str, current: Candidate | None = None,
+              grid: Sequence[Candidate] = GRID) -> tuple[Leg, Leg, dict[Candidate, dict[str, float]]]:
+    """The two lists of one query within one type, and the rankings of the settings (the
+    grid's and the current one) that cannot be fused from them (score fusion), by search."""
     bm25 = gk.search(reader, query, k=K, mode="bm25", content_types=[content_type])
     dense = gk.search(reader, query, k=K, mode="dense", content_types=[content_type])
     measured = {}
-    if current is not None and current.mode == "hybrid" and current.fusion != "rrf":
-        hits = gk.search(reader, query, k=K, mode="hybrid", content_types=[content_type], fusion=current.fusion,
-                         rrf_k=current.rrf_k, bm25_weight=current.bm25_weight, dense_weight=current.dense_weight,
-                         depth=current.depth)
-        measured[current] = _by_object(_leg(hits))
+    for c in dict.fromkeys([*([current] if current is not None else []), *grid]):
+        if _measured_by_search(c):
+            hits = gk.search(reader, query, k=K, mode="hybrid", content_types=[content_type], fusion=c.fusion,
+                             rrf_k=c.rrf_k, bm25_weight=c.bm25_weight, dense_weight=c.dense_weight, depth=c.depth)
+            measured[c] = _by_object(_leg(hits))
     return _leg(bm25), _leg(dense), measured
 
 
