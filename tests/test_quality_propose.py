@@ -125,6 +125,29 @@ def test_fusion_agrees_with_search_hybrid_in_the_database(gk: Groundkit, fake: F
             fuse(judged, Candidate("hybrid", fusion="score", dense_weight=0.25))
 
 
+def test_score_fusion_gives_a_chunk_nothing_from_a_leg_it_is_missing_from(gk: Groundkit,
+                                                                            fake: FakeEmbeddings) -> None:
+    """search_hybrid(fusion => 'score'): each leg's score min-max scaled over its own list, a
+    chunk outside a leg's list 0 from that leg (it once got the leg's full weight, so a chunk one
+    leg alone found outranked one both legs ranked high), as eval propose's score settings read it."""
+    _world(gk, fake)
+    for query in ("glaze kiln", "pricing pottery photographs", "bowls"):
+        # each leg is read max(depth, k) deep: 5 here
+        bm25 = {(h.object_id, h.chunk_seq): h.score for h in gk.search("t1", query, k=5, mode="bm25")}
+        dense = {(h.object_id, h.chunk_seq): h.score for h in gk.search("t1", query, k=5, mode="dense")}
+        hits = gk.search("t1", query, k=5, mode="hybrid", fusion="score", depth=5, dense_weight=0.5)
+
+        def scaled(leg: dict[tuple[str, int], float], chunk: tuple[str, int]) -> float:
+            lo, hi = min(leg.values()), max(leg.values())
+            return 0.0 if chunk not in leg else 1.0 if hi == lo else (leg[chunk] - lo) / (hi - lo)
+
+        assert hits and {(h.object_id, h.chunk_seq) for h in hits} <= set(bm25) | set(dense)
+        assert any(h.bm25_rank is None or h.dense_rank is None for h in hits)  # one leg's alone
+        for h in hits:
+            key = (h.object_id, h.chunk_seq)
+            assert h.score == pytest.approx(scaled(bm25, key) + 0.5 * scaled(dense, key)), (query, h)
+
+
 def test_propose_from_the_samplers_export_applies_only_when_asked(dsn: str, gk: Groundkit, fake: FakeEmbeddings,
                                                                   tmp_path: Path) -> None:
     """The sampler's own export, relevance filled in: proposals per content type of the labelled
