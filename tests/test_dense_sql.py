@@ -7,6 +7,7 @@ and are written through embed_claim / embed_store, as the worker writes them.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import psycopg
@@ -447,11 +448,14 @@ def test_exact_and_index_scans_agree(dense: Groundkit, dsn: str) -> None:
     _force_index_path(dense)
     overlap = []
     for text in ("glaze kiln", "raku shino", "wheel clay slip", "tenmoku n7", "bisque"):
-        index = hits(search_dense(dense, "t3", text, k=10))
-        exact = hits(search_dense(dense, "t3", text, k=10, exact=True))
+        index = search_dense(dense, "t3", text, k=10)
+        exact = search_dense(dense, "t3", text, k=10, exact=True)
         assert len(index) == len(exact) == 10
-        overlap.append(len(set(index) & set(exact)) / 10)
-    assert sum(overlap) / len(overlap) >= 0.9
+        # by distance, not by id: the bodies repeat, so many chunks tie at the 10th distance and
+        # either scan may return any of them (which one is the HNSW build's random levels' choice)
+        found = Counter(round(r["score"], 6) for r in index)
+        overlap.append(sum((found & Counter(round(r["score"], 6) for r in exact)).values()) / 10)
+    assert sum(overlap) / len(overlap) >= 0.9, overlap
 
 
 # -- hybrid ---------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from groundkit import Groundkit, tokens
+from groundkit.models import MAX_QUERY_CHARS
 from groundkit.serve.background import serving
 from groundkit.serve.http import create_app
 from groundkit.serve.service import ReadService
@@ -78,7 +79,7 @@ def test_revoked_token_and_downgrade_count_from_the_next_call(api: str, world: G
 @pytest.mark.parametrize(("body", "field"), [
     ({"query": "x", "k": 51}, "k"),
     ({"query": "x", "k": 0}, "k"),
-    ({"query": "x" * 4097}, "query"),
+    ({"query": "x" * (MAX_QUERY_CHARS + 1)}, "query"),
     ({"query": "x", "reader": "t3"}, "reader"),
     ({"query": "x", "reader_sub": "t3"}, "reader_sub"),
     ({"query": "x", "content_types": ["nope"]}, "content_types"),

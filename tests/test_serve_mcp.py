@@ -21,6 +21,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from groundkit import Groundkit, tokens
+from groundkit.models import MAX_QUERY_CHARS
 from groundkit.serve.background import serving
 from groundkit.serve.mcp import http_app
 from groundkit.serve.service import ReadService
@@ -79,7 +80,7 @@ def test_stdio_tools_search_bounds_and_no_reader_argument(dsn: str, world: Groun
         assert hit is not None and {"object_id", "object_version", "chunk_seq", "score"} <= set(hit["hits"][0])
 
         # out of bounds: a clear tool error with the GK code, and the server goes on
-        for bad, field in (({"query": "x", "k": 51}, "k"), ({"query": "x" * 4097}, "query"),
+        for bad, field in (({"query": "x", "k": 51}, "k"), ({"query": "x" * (MAX_QUERY_CHARS + 1)}, "query"),
                            ({"query": "x", "content_types": ["nope"]}, "content_types")):
             error = _error(await client.call_tool("search", bad))
             assert error["code"] == "GK005" and field in error["message"]

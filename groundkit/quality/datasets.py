@@ -295,6 +295,26 @@ def load_cranfield(path: Path) -> Collection:
 # ------------------------------------------------------------------------------------------ detect
 
 
+# Transcript collections (QMSum's layout, groundkit.quality.transcripts): a window's or a query's
+# id names its meeting, the group it is searched within.
+
+def meeting_of(item_id: str) -> str:
+    """The meeting a window (``MEETING:s-e``) or query (``MEETING:qJ``) id names."""
+    meeting, sep, rest = item_id.rpartition(":")
+    if not sep or not meeting or not rest:
+        raise CollectionFormatError(f"{item_id!r} does not name its meeting (expected MEETING:...)")
+    return meeting
+
+
+def with_meetings(collection: Collection) -> Collection:
+    """The windows collection with each document's and query's meeting, as ``transcript``s."""
+    return collection.model_copy(update={
+        "content_type": "transcript",
+        "doc_groups": {d.doc_id: meeting_of(d.doc_id) for d in collection.docs},
+        "query_groups": {q.query_id: meeting_of(q.query_id) for q in collection.queries},
+    })
+
+
 def load_collection(path: Path, split: str = "test") -> Collection:
     """Load the collection at ``path``, telling BEIR, transcripts (BEIR with ``segments.jsonl``)
     and Cranfield apart by the files present.
@@ -304,8 +324,6 @@ def load_collection(path: Path, split: str = "test") -> Collection:
     if (path / "corpus.jsonl").is_file() and (path / "queries.jsonl").is_file() and (path / "qrels").is_dir():
         collection = load_beir(path, split)
         if (path / "segments.jsonl").is_file():
-            from groundkit.quality.transcripts import with_meetings
-
             return with_meetings(collection)
         if path.name in CONTENT_TYPES:
             return collection.model_copy(update={"content_type": CONTENT_TYPES[path.name]})

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Final
 
 from groundkit.models import ContentObject, Segment
-from groundkit.quality.datasets import Collection, CollectionFormatError, Doc
+from groundkit.quality.datasets import Collection, CollectionFormatError, Doc, meeting_of, with_meetings
 
 __all__ = [
     "TURN_MS",
@@ -74,29 +74,12 @@ class ChunkSpan:
         return f"{self.meeting}#{self.chunk_seq}:{self.first_turn}-{self.last_turn}"
 
 
-def meeting_of(item_id: str) -> str:
-    """The meeting a window (``MEETING:s-e``) or query (``MEETING:qJ``) id names."""
-    meeting, sep, rest = item_id.rpartition(":")
-    if not sep or not meeting or not rest:
-        raise CollectionFormatError(f"{item_id!r} does not name its meeting (expected MEETING:...)")
-    return meeting
-
-
 def window_turns(doc_id: str) -> tuple[int, int]:
     """The first and last turn (inclusive) of a window id ``MEETING:s-e``."""
     first, sep, last = doc_id.rpartition(":")[2].partition("-")
     if not sep or not first.isdigit() or not last.isdigit() or int(last) < int(first):
         raise CollectionFormatError(f"{doc_id!r} is not a window id MEETING:s-e")
     return int(first), int(last)
-
-
-def with_meetings(collection: Collection) -> Collection:
-    """The windows collection with each document's and query's meeting, as ``transcript``s."""
-    return collection.model_copy(update={
-        "content_type": "transcript",
-        "doc_groups": {d.doc_id: meeting_of(d.doc_id) for d in collection.docs},
-        "query_groups": {q.query_id: meeting_of(q.query_id) for q in collection.queries},
-    })
 
 
 def read_turns(path: Path) -> dict[str, list[Turn]]:
