@@ -12,7 +12,7 @@ from psycopg import sql
 
 from groundkit import maintenance, telemetry
 from groundkit.errors import InvalidArgument
-from groundkit.models import AnalysisState, Due, IndexStatus, OutdatedChunks, WorkerHeartbeat
+from groundkit.models import AnalysisState, Due, IndexStatus, OutdatedChunks, SearchModeSetting, WorkerHeartbeat
 from groundkit.session import Progress, Session, no_nul, validated
 
 if TYPE_CHECKING:
@@ -153,6 +153,49 @@ class Admin(Session):
         rows = self._fetch("select chunk_chars, chunk_overlap from groundkit.chunk_sizes(%(ct)s)",
                            {"ct": content_type})
         return int(rows[0]["chunk_chars"]), int(rows[0]["chunk_overlap"])
+
+    def set_search_mode(self, content_type: str, mode: str, *, fusion: str | None = None, rrf_k: int | None = None,
+                        bm25_weight: float | None = None, dense_weight: float | None = None,
+                        depth: int | None = None) -> SearchModeSetting | None:
+        """Set what a search in mode ``auto`` runs over ``content_type``
+        (``groundkit.set_search_mode``, the owner's): ``bm25``, ``dense`` or ``hybrid`` with
+        ``search_hybrid``'s settings (``None``: its default); ``auto`` clears it (back to the
+        built-in rule). Returns the setting now in force (``None`` after ``auto``). Searches
+        from the next statement on use it; the database's other settings are unchanged.
+        GK004 for an unknown content type, GK005 for a value ``search_hybrid`` would refuse.
+        The setting is a component of the configuration the gate certifies
+        (docs/governance.md); no gate section needs re-running for it, and
+        ``groundkit config set-search-mode`` and ``groundkit eval propose --apply`` carry the
+        certificate over (:func:`groundkit.deployment.carry_certificate`) once it is committed.
+        Called here, the configuration is uncertified until that or a gate run records it."""
+        for name, value in (("rrf_k", rrf_k), ("depth", depth)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidArgument(f"{name} must be an integer (got {value!r})")
+        for name, weight in (("bm25_weight", bm25_weight), ("dense_weight", dense_weight)):
+            if weight is not None and (isinstance(weight, bool) or not isinstance(weight, int | float)
+                                       or not math.isfinite(weight)):
+                raise InvalidArgument(f"{name} must be a finite number (got {weight!r})")
+        no_nul(content_type=content_type, mode=mode, fusion=fusion or "")
+        row = self._fetch(
+            "select groundkit.set_search_mode(content_type => %(ct)s, mode => %(mode)s, fusion => %(fusion)s,"
+            " rrf_k => %(rrf_k)s, bm25_weight => %(bw)s, dense_weight => %(dw)s, depth => %(depth)s) as entry",
+            {"ct": content_type, "mode": mode, "fusion": fusion, "rrf_k": rrf_k,
+             "bw": None if bm25_weight is None else float(bm25_weight),
+             "dw": None if dense_weight is None else float(dense_weight), "depth": depth})[0]
+        return None if row["entry"] is None else validated(SearchModeSetting, row["entry"])
+
+    def search_modes(self) -> dict[str, SearchModeSetting]:
+        """Every content type's search mode setting (``config.search_modes``; the owner's)."""
+        rows = self._fetch("select key, value from groundkit.config c, jsonb_each(c.search_modes)", {})
+        return {r["key"]: validated(SearchModeSetting, r["value"]) for r in rows}
+
+    def auto_search_settings(self, content_types: list[str] | None = None) -> SearchModeSetting:
+        """What a search in mode ``auto`` over ``content_types`` (``None``: all) runs now, and
+        why (``source``)."""
+        if content_types is not None:
+            no_nul(content_types=content_types)
+        row = self._fetch("select * from groundkit.auto_search_settings(%(ct)s)", {"ct": content_types})[0]
+        return validated(SearchModeSetting, {k: v for k, v in row.items() if v is not None})
 
     def reindex_impacts(self, avgdl_ref: float | None = None, progress: Progress | None = None,
                         *, step_postings: int = maintenance.REINDEX_STEP_POSTINGS) -> int:

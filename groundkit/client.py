@@ -195,9 +195,12 @@ class Groundkit(Admin):
         snippet: HTML-escaped text around the matches, which stand between ``snippet_start`` and
         ``snippet_end``.
 
-        ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`, ``auto``): ``auto`` is
-        ``hybrid`` when the database has pgvector and an active embedding model, else ``bm25``
-        (read on every call, ``groundkit.auto_search_mode()``); ``bm25`` ranks by BM25;
+        ``mode`` (default :data:`~groundkit.models.DEFAULT_SEARCH_MODE`, ``auto``): ``auto`` runs
+        the mode and hybrid settings the searched content types share
+        (:meth:`~groundkit.admin.Admin.set_search_mode`), else ``hybrid`` when the database has
+        pgvector and an active embedding model whose provider the outbound policy lets queries go
+        to, else ``bm25`` (read on every call,
+        ``groundkit.auto_search_settings(content_types)``); ``bm25`` ranks by BM25;
         ``dense`` embeds the query with the active embedding model and ranks the chunks embedded
         by it by similarity (``exact``: an exact scan, never the HNSW index); ``hybrid`` fuses
         both legs in SQL, with ``fusion``, ``rrf_k``, ``bm25_weight``, ``dense_weight``,

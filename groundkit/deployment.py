@@ -3,7 +3,8 @@
 What the permission gate certifies is a *configuration*: the components
 ``groundkit.deployment_configuration()`` lists (groundkit's version, the schema revision, the
 digest of the schema's functions, triggers and privileges, the PostgreSQL major version, pgvector's
-version, the active embedding model's definition, the outbound policy). Every verdict on one is a
+version, the active embedding model's definition, the outbound policy, the search modes per content
+type). Every verdict on one is a
 row of the gate ledger (``groundkit.gate_ledger``, owner-only, append-only, hash-chained):
 
 - :func:`gated_migrate` runs the gate's :data:`MIGRATE_SECTIONS` on throwaway databases migrated
@@ -74,6 +75,11 @@ TRIGGERS: dict[str, tuple[str, ...]] = {
     # part of the configuration as evidence (which policy served when); a change of it alone
     # carries the certificate over (:func:`carry_certificate`, docs/governance.md).
     "outbound_policy": (),
+    # Nor does one test the search mode each content type runs in auto (config.search_modes): every
+    # mode it may name is one the golden and dense sections certify, with the permission predicate
+    # inside each leg whatever hybrid's weights, so the setting changes which visible chunks rank
+    # first, never which are visible. A change of it alone carries the certificate over too.
+    "search_modes": (),
 }
 
 Verdict = Literal["certified", "failed", "bypassed", "uncovered"]
@@ -363,12 +369,14 @@ def template_code(dbs: GateDatabases) -> Config:
 
 def _data_components(real: Conn | None, template: Conn) -> Config:
     """The data components as the real database holds them; a database from before revision 0027
-    (or none) holds the template's defaults, with its active model where it has one."""
+    (or none) holds the template's defaults, with its active model where it has one, and a
+    component its groundkit does not know yet holds the template's default (what the migration
+    that adds it leaves there)."""
     data: Config = dict(_rows(template, "select groundkit._configuration_data() as c")[0]["c"])
     if real is None:
         return data
     if _has(real, "groundkit._configuration_data()", function=True):
-        return dict(_rows(real, "select groundkit._configuration_data() as c")[0]["c"])
+        return {**data, **dict(_rows(real, "select groundkit._configuration_data() as c")[0]["c"])}
     data["embedding_model"] = _model_component(template, _model_of(_active_model_row(real)))
     return data
 
@@ -576,11 +584,11 @@ def gated_cutover(dsn: str, model: str, *, force: bool = False, skip_reason: str
 
 
 def carry_certificate(dsn: str, command: str) -> GatedChange | None:
-    """After a change of components no gate section tests (the outbound policy): record a
-    certified row for the configuration now serving that rests on the latest certificate, when
-    nothing else changed since it. None when there is no ledger or no certificate, when the
-    configuration is already certified, or when another change needs a gate run (status then
-    shows the configuration uncertified until one certifies it)."""
+    """After a change of components no gate section tests (the outbound policy, the search
+    modes): record a certified row for the configuration now serving that rests on the latest
+    certificate, when nothing else changed since it. None when there is no ledger or no
+    certificate, when the configuration is already certified, or when another change needs a
+    gate run (status then shows the configuration uncertified until one certifies it)."""
     with _connection(dsn) as real:
         if not has_ledger(real):
             return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from groundkit import ops
 from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
 from groundkit.models import MAX_K, SearchMode
@@ -114,7 +115,8 @@ def explain(gk: Groundkit, reader_sub: str, object_id: str, query: str | None = 
                      {"object": object_id, "query": query})
     used = _resolved(gk, mode)
     with gk.conn.transaction(force_rollback=True):
-        hits = gk.search(reader_sub, query, k=depth, mode=used)
+        # auto as search runs it: the content types' own mode and hybrid settings too
+        hits = gk.search(reader_sub, query, k=depth, mode=mode)
     ranked = {(h.object_version, h.chunk_seq): (n, h.score) for n, h in enumerate(hits, start=1)
               if h.object_id == object_id}
     chunks = tuple(ChunkMatch(chunk_seq=r["chunk_seq"], object_version=r["object_version"],
@@ -129,7 +131,8 @@ def explain(gk: Groundkit, reader_sub: str, object_id: str, query: str | None = 
 
 
 def _resolved(gk: Groundkit, mode: SearchMode | None) -> SearchMode:
-    """The mode ``auto`` (the default) stands for right now, as search resolves it."""
+    """The mode ``auto`` (the default) stands for right now over every content type, as search
+    resolves it (``groundkit.auto_search_settings``: a mode the content types set, docs/dense.md)."""
     if mode not in (None, "auto"):
         return mode
-    return "hybrid" if gk._scalar("select groundkit.auto_search_mode() as mode", {}) == "hybrid" else "bm25"
+    return gk._run(ops.auto_mode(None))[0]

@@ -301,6 +301,23 @@ class IndexStatus(_Frozen):
         return (self.k1, self.b) == (self.impact_k1, self.impact_b)
 
 
+class SearchModeSetting(_Frozen):
+    """What a search in mode ``auto`` runs (:meth:`groundkit.admin.Admin.set_search_mode`,
+    ``groundkit.auto_search_settings``): a mode and, for hybrid, ``search_hybrid``'s settings
+    (``None``: its default). ``source`` (when read back for a search): ``content_type`` (the
+    searched types' own setting), ``default`` (none set), ``mixed`` (the types' settings differ:
+    auto's built-in rule), ``fallback`` (a dense or hybrid setting without pgvector or an
+    active model: bm25)."""
+
+    mode: Literal["bm25", "dense", "hybrid"]
+    fusion: Literal["rrf", "score"] | None = None
+    rrf_k: int | None = None
+    bm25_weight: float | None = None
+    dense_weight: float | None = None
+    depth: int | None = None
+    source: Literal["content_type", "default", "mixed", "fallback"] | None = None
+
+
 class Due(_Frozen):
     """Something a maintenance pass does now (``groundkit.maintenance_due()``): ``job`` is
     ``reindex`` (recompute the postings' impacts) or ``analyze`` (sketches and term bits);

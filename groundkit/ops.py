@@ -301,8 +301,7 @@ def search(reader_sub: str, query: str, k: int, content_types: Sequence[str] | N
     if exact and mode != "dense":
         raise InvalidArgument("exact goes with mode='dense'")
     if mode == "auto":
-        auto = yield from scalar("select groundkit.auto_search_mode() as mode")
-        mode = "hybrid" if auto == "hybrid" else "bm25"
+        mode, knobs = yield from auto_mode(params["content_types"])
     with telemetry.span("search", mode=mode, k=k, query=query, reader=reader_sub) as current:
         leg: sql.Composable
         if mode == "bm25":
@@ -328,6 +327,16 @@ def search(reader_sub: str, query: str, k: int, content_types: Sequence[str] | N
         sample_id = (yield from record_sample(reader_sub, query, mode, k, hits)) if sample else None
     telemetry.add_hits(len(hits), mode=mode)
     return hits, sample_id
+
+
+def auto_mode(content_types: list[str] | None) -> Op[tuple[SearchMode, dict[str, object]]]:
+    """What mode ``auto`` runs over ``content_types``, and hybrid's settings
+    (``groundkit.auto_search_settings``: the content types' own, docs/dense.md)."""
+    row = (yield from rows("select * from groundkit.auto_search_settings(%(ct)s)", {"ct": content_types}))[0]
+    mode: SearchMode = "hybrid" if row["mode"] == "hybrid" else "dense" if row["mode"] == "dense" else "bm25"
+    knobs: dict[str, object] = {name: row[name] for name in ("fusion", "rrf_k", "bm25_weight", "dense_weight",
+                                                             "depth")}
+    return mode, knobs
 
 
 def with_query_notice(hits: list[SearchHit], notices: Sequence[str]) -> tuple[list[SearchHit], str | None]:

@@ -236,21 +236,18 @@ begin
 end
 $$;
 
--- The mode a search without one takes (search's mode 'auto', groundkit.models.DEFAULT_SEARCH_MODE):
--- 'hybrid' when this database has pgvector and an active model whose provider the outbound
--- policy lets queries go to, else 'bm25'. Never an error, so
--- that a default search works, in the caller's transaction, on a server without pgvector.
+-- The mode a search without one takes over every content type (search's mode 'auto',
+-- groundkit.models.DEFAULT_SEARCH_MODE): the content types' own mode where they all set the same
+-- (groundkit.auto_search_settings, sql/085_search_modes.sql), else 'hybrid' when this database
+-- has pgvector and an active model whose provider the outbound policy lets queries go to, else
+-- 'bm25'. Never an error, so that a default search works, in the caller's transaction, on a
+-- server without pgvector.
 create or replace function groundkit.auto_search_mode()
 returns text
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select case when groundkit._vector_schema() is not null
-                 and exists (select 1 from groundkit.embedding_models m
-                              where m.active
-                                -- the outbound policy lets a query go to its provider (sql/083_outbound.sql)
-                                and groundkit._outbound_queries_allowed(m.provider, m.options ->> 'url'))
-           then 'hybrid' else 'bm25' end
+    select s.mode from groundkit.auto_search_settings(null) s
 $$;
 
 -- The lag: how many current chunks lack an embedding for the model (default: the active one),

@@ -337,9 +337,10 @@ $$;
 -- `depth`, fused in SQL, the top k with search's columns and each leg's rank (null when the
 -- chunk is not in that leg's top depth). fusion 'rrf': sum over the legs of weight / (rrf_k +
 -- rank); 'score': sum of weight * the leg's score scaled to [0, 1] over its own top depth
--- (min-max; a leg whose scores are all equal scales to 1). match_gate: a chunk only the dense
--- leg found must match a query term. Both legs apply the permission predicate inside, and the
--- query's phrases and exclusions (docs/bm25/analysis.md) with it.
+-- (min-max; a leg whose scores are all equal scales to 1; a chunk not in a leg's top depth gets
+-- 0 from it). match_gate: a chunk only the dense leg found must match a query term. Both legs
+-- apply the permission predicate inside, and the query's phrases and exclusions
+-- (docs/bm25/analysis.md) with it.
 -- The defaults (rrf, rrf_k 20, equal weights, depth 100, no gate) are the quality eval's choice
 -- on SciFact and NFCorpus (docs/journal/2026-12-04-fusion.md, python -m evals.bench fusion).
 create or replace function groundkit.search_hybrid(
@@ -427,10 +428,15 @@ begin
                         coalesce(search_hybrid.bm25_weight / (search_hybrid.rrf_k + b.rank)::double precision, 0)
                         + coalesce(search_hybrid.dense_weight / (search_hybrid.rrf_k + v.rank)::double precision, 0)
                     else
-                        coalesce(search_hybrid.bm25_weight
-                                 * coalesce((b.score - bs.lo) / nullif(bs.hi - bs.lo, 0), 1), 0)
-                        + coalesce(search_hybrid.dense_weight
-                                   * coalesce((v.score - vs.lo) / nullif(vs.hi - vs.lo, 0), 1), 0)
+                        -- a chunk missing from a leg gets nothing from it (the inner coalesce is
+                        -- for a leg whose scores are all equal, never for a missing score)
+                        case when b.chunk_id is null then 0
+                             else search_hybrid.bm25_weight * coalesce((b.score - bs.lo) / nullif(bs.hi - bs.lo, 0), 1)
+                        end
+                        + case when v.chunk_id is null then 0
+                               else search_hybrid.dense_weight
+                                    * coalesce((v.score - vs.lo) / nullif(vs.hi - vs.lo, 0), 1)
+                          end
                end as fused
           from b full join v on v.chunk_id = b.chunk_id
          cross join (select min(x.score) as lo, max(x.score) as hi from b x) bs

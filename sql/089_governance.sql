@@ -102,7 +102,10 @@ as $$
                               from groundkit.embedding_models m where m.active),
         -- the hash of the outbound policy in force (sql/083_outbound.sql): it names the content, so
         -- two versions alike are one configuration
-        'outbound_policy', groundkit.outbound_policy_hash()
+        'outbound_policy', groundkit.outbound_policy_hash(),
+        -- what a search in mode auto runs per content type (config.search_modes,
+        -- sql/085_search_modes.sql), as its JSON text; null while no type sets one
+        'search_modes', (select nullif(c.search_modes, '{}'::jsonb)::text from groundkit.config c)
     )
 $$;
 

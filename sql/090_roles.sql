@@ -256,8 +256,9 @@ end
 $explain$;
 
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
--- their query with); writers register models, run the embedding worker, read the lag and cut
--- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_indexes). The searches'
+-- their query with, and what mode 'auto' runs: sql/085_search_modes.sql); writers register
+-- models, run the embedding worker, read the lag and cut over. The owner alone builds HNSW
+-- indexes (groundkit.dense.build_hnsw_indexes). The searches'
 -- signatures differ with and without pgvector (087_dense_search.*.sql): found by name.
 do $dense$
 declare
@@ -274,7 +275,8 @@ begin
         'groundkit.hnsw_status(text)',
         'groundkit.dense_recheck(text)',
         'groundkit.dense_merge_pending(text, integer, bigint)',
-        'groundkit.auto_search_mode()'
+        'groundkit.auto_search_mode()',
+        'groundkit.auto_search_settings(text[])'
     ] loop
         execute format('alter function %s security definer set search_path = pg_catalog, pg_temp', fn);
         if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_writer') then
@@ -292,7 +294,8 @@ begin
         end if;
     end loop;
     if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_reader') then
-        grant execute on function groundkit.active_embedding_model(), groundkit.auto_search_mode()
+        grant execute on function groundkit.active_embedding_model(), groundkit.auto_search_mode(),
+            groundkit.auto_search_settings(text[])
             to groundkit_reader;
     end if;
 end

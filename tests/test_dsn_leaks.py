@@ -64,6 +64,12 @@ def _objects(path: Path) -> Path:
     return path
 
 
+def _labels(path: Path) -> Path:
+    path.write_text(json.dumps({"sample_id": "s1", "query": "kiln", "tier_rank": 0,
+                                "candidates": [{"object_id": "o1", "relevance": 1}]}) + "\n")
+    return path
+
+
 def _policy(path: Path) -> Path:
     from groundkit.outbound.policy import default_policy
 
@@ -94,6 +100,9 @@ def invocations(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[list
         "eval gate": [[]],
         "config set-bm25": [["1.2", "0.5"]],
         "config set-chunk-sizes": [["document", "--chars", "1200"]],
+        "config set-search-mode": [["transcript", "hybrid", "--dense-weight", "2"]],
+        "config search-modes": [[], ["--json"]],
+        "eval propose": [["--labels", str(_labels(tmp / "labels.jsonl"))]],
         "cite": [["o1", "1", "0", "--as", "m1"]],
         "home": [["--reader", "m1"]],
         "tokens create": [["m1"]],

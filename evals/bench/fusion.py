@@ -120,9 +120,13 @@ def fuse(b: Ranked, d: Ranked, lexical: set[str], setting: Mapping[str, Any]) ->
     return out
 
 
+# the dense leg's weight against BM25's 1 (1/4 to 4: either leg up to four times the other)
+WEIGHTS = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 4.0)
+
+
 def grid() -> Iterator[dict[str, Any]]:
     for gate, depth in itertools.product((False, True), (50, 100, 200)):
-        for rrf_k, weight in itertools.product((5, 10, 20, 40, 60, 100), (0.5, 0.75, 1.0, 1.5)):
+        for rrf_k, weight in itertools.product((5, 10, 20, 40, 60, 100), WEIGHTS):
             yield {"fusion": "rrf", "rrf_k": rrf_k, "dense_weight": weight, "depth": depth, "gate": gate}
         for scale, alpha in itertools.product(("minmax", "z"), (0.2, 0.3, 0.4, 0.5, 0.6, 0.7)):
             yield {"fusion": "score", "scale": scale, "alpha": alpha, "depth": depth, "gate": gate}
@@ -146,6 +150,7 @@ AGAINST = {
 
 
 def per_query_ndcg(leg: Legs, run: Mapping[str, Mapping[str, float]]) -> np.ndarray[Any, np.dtype[np.float64]]:
+    """nDCG@10 per judged query, in query id order."""
     values = per_query(leg.collection.qrels, run)
     return np.array([values[q]["ndcg@10"] for q in sorted(values)])
 
@@ -248,4 +253,30 @@ def main(argv: Sequence[str]) -> int:
     tests = [paired(leg) for leg in all_legs]
     for i, (name, _, _) in enumerate(tests[0]):
         print(f"| {name} | " + " | ".join(f"{t[i][1]:+.4f} (p {t[i][2]:.3f})" for t in tests) + " |")
+    print("\nPer collection: the better leg, the default, and the collection's own best RRF setting without the "
+          "gate (what `groundkit config set-search-mode` can set), nDCG@10, p by the paired sign-flip test:\n")
+    print("| collection | bm25 | dense | default | default - better leg | own best | own best - default |")
+    print("|---|---|---|---|---|---|---|")
+    for leg in all_legs:
+        print(own_best(leg))
     return 0
+
+
+def own_best(leg: Legs) -> str:
+    """One collection's row: each leg, the default, and the best RRF setting for it alone."""
+    def run_of(setting: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+        return {q.query_id: fuse(leg.bm25.get(q.query_id, []), leg.dense.get(q.query_id, []),
+                                 leg.lexical.get(q.query_id, set()), setting) for q in leg.collection.queries}
+
+    bm25 = per_query_ndcg(leg, {q: dict(v) for q, v in leg.bm25.items()})
+    dense = per_query_ndcg(leg, {q: dict(v) for q, v in leg.dense.items()})
+    default = per_query_ndcg(leg, run_of(DEFAULT))
+    better = bm25 if bm25.mean() >= dense.mean() else dense
+    rrf = [s for s in grid() if s["fusion"] == "rrf" and not s["gate"]]
+    best = max(rrf, key=lambda s: measure(leg, s)[0])
+    best_values = per_query_ndcg(leg, run_of(best))
+    below, p_below = sign_flip(default, better)
+    above, p_above = sign_flip(best_values, default)
+    return (f"| {leg.collection.name} | {bm25.mean():.4f} | {dense.mean():.4f} | {default.mean():.4f} | "
+            f"{below:+.4f} (p {p_below:.3f}) | {label(best)} {best_values.mean():.4f} | "
+            f"{above:+.4f} (p {p_above:.3f}) |")

@@ -1,11 +1,12 @@
 """``groundkit config``: settings that change more than a row (BM25's k1 and b), the chunk
-sizes of one content type, and flows."""
+sizes and the search mode of one content type, and flows."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
 from groundkit.cli._common import DsnOption, handle_errors, out
 from groundkit.client import Groundkit
@@ -50,6 +51,88 @@ def set_chunk_sizes(
     out.print(f"{content_type}: chunks of at most {size} characters, {over} of overlap; "
               + (f"{outdated:,} chunks made otherwise: groundkit rebuild re-chunks them" if outdated
                  else "no chunk made otherwise"), highlight=False)
+
+
+@app.command("set-search-mode")
+@handle_errors
+def set_search_mode(
+    content_type: Annotated[str, typer.Argument(help="course_section, board_post, transcript, event, member_note "
+                                                     "or document.")],
+    mode: Annotated[str, typer.Argument(help="bm25, dense or hybrid; auto clears the setting (back to the built-in "
+                                             "rule: hybrid once a model is active, else bm25).")],
+    fusion: Annotated[str | None, typer.Option(help="Hybrid: rrf or score (default rrf).")] = None,
+    rrf_k: Annotated[int | None, typer.Option(help="Hybrid, rrf: the rank constant, 0-100000 (default 20).")] = None,
+    bm25_weight: Annotated[float | None, typer.Option(help="Hybrid: the BM25 leg's weight (default 1).")] = None,
+    dense_weight: Annotated[float | None, typer.Option(help="Hybrid: the dense leg's weight (default 1).")] = None,
+    depth: Annotated[int | None, typer.Option(help="Hybrid: how deep each leg is read, 1-200 (default 100).")] = None,
+    dsn: DsnOption = None,
+) -> None:
+    """Set what a search in mode auto runs over one content type (groundkit.config.search_modes;
+    `groundkit eval propose` measures which to choose). Searches from the next statement on use it."""
+    with Groundkit.connect(dsn) as gk:
+        entry = gk.set_search_mode(content_type, mode, fusion=fusion, rrf_k=rrf_k, bm25_weight=bm25_weight,
+                                   dense_weight=dense_weight, depth=depth)
+        now = gk.auto_search_settings([content_type])
+    if entry is None:
+        out.print(f"{content_type}: no setting; auto runs {now.mode} (the built-in rule)", highlight=False)
+    else:
+        knobs = ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                          for k, v in entry.model_dump(exclude={"mode", "source"}, exclude_none=True).items())
+        out.print(f"{content_type}: auto runs {entry.mode}" + (f" ({knobs})" if knobs else "")
+                  + ("" if now.mode == entry.mode else f"; here it runs {now.mode} ({now.source}: no model that "
+                     "can run it)"), highlight=False)
+    carry_search_modes(dsn, f"groundkit config set-search-mode {content_type} {mode}")
+
+
+def carry_search_modes(dsn: str | None, command: str, console: Console = out) -> None:
+    """The gate's certificate carried over a search mode change (no gate section tests it:
+    groundkit.deployment.TRIGGERS), said on ``console`` when there was one to carry."""
+    from groundkit import deployment
+    from groundkit.client import resolve_dsn
+
+    carried = deployment.carry_certificate(resolve_dsn(dsn), command)
+    if carried is not None:
+        console.print(f"gate ledger row {carried.ledger_id}: {carried.reason}", highlight=False)
+
+
+@app.command("search-modes")
+@handle_errors
+def search_modes(
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per content type.")] = False,
+    dsn: DsnOption = None,
+) -> None:
+    """Each content type's search mode setting, and what a search in mode auto over it runs now."""
+    import json
+    import sys
+
+    from rich.table import Table
+
+    from groundkit.models import CONTENT_TYPES
+
+    with Groundkit.connect(dsn) as gk:
+        settings = gk.search_modes()
+        runs = {t: gk.auto_search_settings([t]) for t in CONTENT_TYPES}
+    rows = []
+    for t in CONTENT_TYPES:
+        entry = settings.get(t)
+        rows.append({"content_type": t, **(entry.model_dump(exclude={"source"}) if entry else
+                                           dict.fromkeys(("mode", "fusion", "rrf_k", "bm25_weight", "dense_weight",
+                                                          "depth"))),
+                     "runs": runs[t].mode, "source": runs[t].source})
+    if as_json:
+        for row in rows:
+            sys.stdout.write(json.dumps(row) + "\n")
+        return
+    table = Table(title="search in mode auto, per content type")
+    for col in ("content type", "setting", "runs now", "why"):
+        table.add_column(col)
+    for row in rows:
+        setting = "" if row["mode"] is None else " ".join(
+            [str(row["mode"]), *(f"{k}={row[k]:g}" if isinstance(row[k], float) else f"{k}={row[k]}"
+                                 for k in ("fusion", "rrf_k", "bm25_weight", "dense_weight", "depth")
+                                 if row[k] is not None)])
+        table.add_row(str(row["content_type"]), setting, str(row["runs"]), str(row["source"]))
+    out.print(table)
 
 
 @app.command("add-flow")

@@ -86,7 +86,15 @@ EXAMPLES: dict[str, str] = {
     "db stop": "$ groundkit db stop",
     "config set-bm25": "$ groundkit config set-bm25 1.2 0.75",
     "config set-chunk-sizes": "$ groundkit config set-chunk-sizes transcript --chars 1000 --overlap 150",
-    "eval quality": "$ groundkit eval quality --dataset data/scifact --arm bm25 --arm dense --arm hybrid",
+    "config set-search-mode": "$ groundkit config set-search-mode transcript hybrid --dense-weight 2\n"
+                              "transcript: auto runs hybrid (dense_weight 2)",
+    "config search-modes": "$ groundkit config search-modes",
+    "eval quality": "$ groundkit eval quality --dataset data/scifact --arm bm25 --arm dense --arm hybrid\n"
+                    "$ groundkit eval quality --dataset ../shared/datasets/qmsum-transcripts --view turns "
+                    "--scope meeting",
+    "eval propose": "$ groundkit eval export-samples --out labels.jsonl   # then fill in each relevance\n"
+                    "$ groundkit eval propose --labels labels.jsonl\n"
+                    "$ groundkit eval propose --labels labels.jsonl --apply",
     "eval gate": "$ groundkit eval gate --embedded\n"
                  "$ groundkit eval gate --dsn $PROD_LIKE --bundle gate.json --key-env GATE_SIGNING_KEY",
     "audit keygen": "$ groundkit audit keygen --private-key ops.pem --public-key ops.pub",

@@ -7,6 +7,13 @@ Two on-disk layouts are understood:
   CRLF line endings.
 * **Cranfield (SMART)**: ``cran.all.1400``, ``cran.qry`` and ``cranqrel``, records introduced by ``.I``
   with ``.T``/``.A``/``.B``/``.W`` fields, also CRLF.
+* **Transcripts**: a BEIR folder with ``segments.jsonl`` beside it (QMSum's, see
+  :mod:`groundkit.quality.transcripts`): documents are windows of turns ``MEETING:s-e`` and queries
+  ``MEETING:qJ``, so each knows its meeting (:attr:`Collection.doc_groups`, ``query_groups``).
+
+What content type the eval writes a collection's documents as (:attr:`Collection.content_type`):
+``transcript`` for transcripts, ``board_post`` for the forum collections named in
+:data:`CONTENT_TYPES`, else ``document``.
 
 Loaders read files by path and never copy them. Everything returned is an immutable pydantic model.
 """
@@ -19,9 +26,10 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
+    "CONTENT_TYPES",
     "CRANFIELD_GAINS",
     "Collection",
     "CollectionFormatError",
@@ -60,6 +68,10 @@ class Collection(BaseModel):
     """Documents, the judged queries of one split, and graded judgments (query id -> doc id -> gain).
 
     Gains follow trec_eval: a gain >= 1 is relevant, 0 (or less) is judged non-relevant.
+    ``content_type`` is what the eval writes the documents as. ``doc_groups`` and
+    ``query_groups`` (empty, or one entry per document and per query) name the group each belongs
+    to, a meeting of a transcript collection: scored per group, a query is searched within its
+    own group only, as a member searches one meeting's talk.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -68,6 +80,22 @@ class Collection(BaseModel):
     docs: tuple[Doc, ...]
     queries: tuple[Query, ...]
     qrels: Mapping[str, Mapping[str, int]]
+    content_type: str = "document"
+    doc_groups: Mapping[str, str] = Field(default_factory=dict)
+    query_groups: Mapping[str, str] = Field(default_factory=dict)
+
+    @property
+    def grouped(self) -> bool:
+        """Whether every document and query names its group (a meeting)."""
+        return bool(self.doc_groups) and bool(self.query_groups)
+
+
+#: collection folder -> the content type its documents are written as (forum posts and replies:
+#: a board's posts). A folder not named here is ``document``, a transcript folder ``transcript``.
+CONTENT_TYPES: Final[Mapping[str, str]] = MappingProxyType({
+    "semeval-cqa-forum": "board_post",
+    "semeval-cqa-comments": "board_post",
+})
 
 
 # Cranfield relevance codes (cranqrel column 3) -> trec_eval gains.
@@ -268,12 +296,20 @@ def load_cranfield(path: Path) -> Collection:
 
 
 def load_collection(path: Path, split: str = "test") -> Collection:
-    """Load the collection at ``path``, telling BEIR and Cranfield apart by the files present.
+    """Load the collection at ``path``, telling BEIR, transcripts (BEIR with ``segments.jsonl``)
+    and Cranfield apart by the files present.
 
     ``split`` applies to BEIR only (Cranfield has a single set of judgments).
     """
     if (path / "corpus.jsonl").is_file() and (path / "queries.jsonl").is_file() and (path / "qrels").is_dir():
-        return load_beir(path, split)
+        collection = load_beir(path, split)
+        if (path / "segments.jsonl").is_file():
+            from groundkit.quality.transcripts import with_meetings
+
+            return with_meetings(collection)
+        if path.name in CONTENT_TYPES:
+            return collection.model_copy(update={"content_type": CONTENT_TYPES[path.name]})
+        return collection
     if all((path / name).is_file() for name in ("cran.all.1400", "cran.qry", "cranqrel")):
         return load_cranfield(path)
     raise CollectionFormatError(
