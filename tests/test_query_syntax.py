@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from groundkit import Groundkit, embedding, model_swap
+from groundkit.dense import build_hnsw_indexes
 from tests.dense_fakes import FakeEmbeddings, add_fake_model, fake_openai_server
 from tests.test_search_exact import STRATEGIES, _assert_same, _rows, score_part
 
@@ -209,6 +210,14 @@ def test_dense_and_hybrid_keep_to_phrases_and_exclusions(dsn: str, fake: FakeEmb
             for k in (1, 3, 10):
                 hits = _ids(gk, "ana", 'raku "wood ash" -smoke', k=k, mode=mode)
                 assert len(hits) == min(k, len(passing)) and set(hits) <= passing, (mode, k, hits)
+        # the same through the dense index's bucket scans (built, and taken whatever the set's size)
+        with psycopg.connect(dsn, autocommit=True) as owner:
+            assert build_hnsw_indexes(owner, "fake", min_entries=1)
+        gk.conn.execute("set groundkit.dense_exact_max = 0")
+        for mode in ("dense", "hybrid"):
+            for k in (1, 3, 10):
+                hits = _ids(gk, "ana", 'raku "wood ash" -smoke', k=k, mode=mode)
+                assert len(hits) == min(k, len(passing)) and set(hits) <= passing, ("index", mode, k, hits)
         fake.texts.clear()
         gk.search("ana", 'raku "wood ash" -smoke OR', mode="dense")
         assert fake.texts == ["raku wood ash OR"], fake.texts

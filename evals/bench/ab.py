@@ -12,7 +12,8 @@ tree's revisions and then given revision A's or B's replaceable SQL (sql/*.sql a
 ``--databases A B``: two databases of the same corpus that differ in one thing, as they are.
 
 The copy made second has more of its pages in the OS cache when the two do not fit in memory
-(1M chunks on 23 GB), which favours B: run both orders, and warm every query (``--warm-up``).
+(1M chunks on 23 GB), which favours B (``--revisions X X`` measures it): run both orders and take
+the geometric mean of their ratios, and warm every query (``--warm-up``).
 
 Then each of the benchmark's queries (the ones `search` ran on gk_bench_<chunks>) runs on both
 back to back, alternating which goes first, the fastest of --repeat runs each, after an untimed
