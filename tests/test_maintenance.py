@@ -150,7 +150,7 @@ def test_set_bm25_is_the_only_way_to_change_k1_and_b(gk: Groundkit) -> None:
     st = gk.index_status()
     assert (st.k1, st.b, st.impact_k1, st.impact_b) == (1.2, 0.75, 1.2, 0.75) and st.impacts_current
     assert gk.set_bm25(1.2, 0.75) == 0  # unchanged: nothing to recompute
-    assert [h.object_id for h in gk.search("reader", "w3")][0] == "p3"  # (the others hold its part w)
+    assert gk.search("reader", "w3")[0].object_id == "p3"  # (the others hold its part w)
     for k1, b in ((0, 0.4), (11, 0.4), (0.9, 1.5), (0.9, -0.1), (float("nan"), 0.4), (0.9, float("inf"))):
         with pytest.raises(InvalidArgument):
             gk.set_bm25(k1, b)
