@@ -47,8 +47,9 @@ def test_groundkit_and_baselines_in_one_run(server_dsn: str, tmp_path: Path) -> 
     assert by_arm["bm25"].queries == 3
     for row in rows:
         assert set(row.as_json()) == {"kind", "dataset", "view", "scope", "arm", "ndcg@10", "recall@10",
-                                      "recall@100", "mrr@10", "queries", "refused", "refusals", "ms_per_query"}
-        assert (row.view, row.scope, row.refused) == ("documents", "all", 0)
+                                      "recall@100", "mrr@10", "queries", "refused", "refusals", "ms_per_query",
+                                      "bm25_k1_b"}
+        assert (row.view, row.scope, row.refused, row.bm25_k1_b) == ("documents", "all", 0, None)
 
 
 def test_cli_json_output(server_dsn: str, tmp_path: Path) -> None:
