@@ -1,5 +1,7 @@
 """groundkit: permission-correct retrieval inside one Postgres database."""
 
+from groundkit._version import __version__ as __version__
+from groundkit.aio import AsyncGroundkit
 from groundkit.client import Groundkit, connect, resolve_dsn
 from groundkit.context import AssembledContext, ContextCitation, assemble_context
 from groundkit.errors import (
@@ -26,6 +28,7 @@ from groundkit.errors import (
     Uncertified,
     UnknownContentType,
     UnknownFlow,
+    UnknownLanguage,
     UnknownModel,
     UnknownObject,
     UnknownRun,
@@ -35,6 +38,7 @@ from groundkit.errors import (
 )
 from groundkit.migrate import MigrationState, migrate, migration_sql, migration_state
 from groundkit.models import (
+    AnalysisState,
     Citation,
     ContentObject,
     Due,
@@ -53,10 +57,10 @@ from groundkit.models import (
 )
 from groundkit.replicas import FencedPool, connect_pool
 
-__version__ = "0.1.0"
-
 __all__ = [
+    "AnalysisState",
     "AssembledContext",
+    "AsyncGroundkit",
     "AuditFailure",
     "Citation",
     "ConfigError",
@@ -96,6 +100,7 @@ __all__ = [
     "Uncertified",
     "UnknownContentType",
     "UnknownFlow",
+    "UnknownLanguage",
     "UnknownModel",
     "UnknownObject",
     "UnknownRun",

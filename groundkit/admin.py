@@ -12,7 +12,7 @@ from psycopg import sql
 
 from groundkit import maintenance, telemetry
 from groundkit.errors import InvalidArgument
-from groundkit.models import Due, IndexStatus, OutdatedChunks, SearchModeSetting, WorkerHeartbeat
+from groundkit.models import AnalysisState, Due, IndexStatus, OutdatedChunks, SearchModeSetting, WorkerHeartbeat
 from groundkit.session import Progress, Session, no_nul, validated
 
 if TYPE_CHECKING:
@@ -285,6 +285,12 @@ class Admin(Session):
         them. Reads every chunk."""
         rows = self._fetch("select * from groundkit.outdated_chunks()", {})
         return tuple(validated(OutdatedChunks, r) for r in rows)
+
+    def analysis_status(self) -> tuple[AnalysisState, ...]:
+        """For each language the index holds, whether it was analyzed as this groundkit and this
+        server analyze now (:class:`AnalysisState`); :meth:`rebuild` analyzes everything again."""
+        rows = self._fetch("select * from groundkit.analysis_status()", {})
+        return tuple(validated(AnalysisState, r) for r in rows)
 
     def set_tier_rank(self, tier: str, rank: int, progress: Progress | None = None) -> int:
         """Change a tier's rank and move the chunks whose statistics scope and postings bucket

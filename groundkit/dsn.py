@@ -96,3 +96,16 @@ def connect(dsn: str, **kwargs: Any) -> psycopg.Connection[Any]:
     # Raised outside the handler: psycopg's error keeps the failed connection, password
     # included, in ``exc.pgconn``, and ``from None`` would still leave it in ``__context__``.
     raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}")
+
+
+async def connect_async(dsn: str, **kwargs: Any) -> psycopg.AsyncConnection[Any]:
+    """:func:`connect` for ``psycopg.AsyncConnection``, with the same errors and the same care
+    for the password."""
+    parse(dsn)
+    try:
+        conn: psycopg.AsyncConnection[Any] = await psycopg.AsyncConnection.connect(dsn, **kwargs)
+    except psycopg.Error as exc:
+        message = scrub(dsn, str(exc).strip())
+    else:
+        return conn
+    raise DatabaseUnavailable(f"cannot connect to PostgreSQL: {message}")

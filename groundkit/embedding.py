@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict
 from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument, PgvectorMissing, UnknownModel
 from groundkit.models import MaintenanceStep
 from groundkit.session import Session, no_nul
+from groundkit.steps import Op, Query
 
 if TYPE_CHECKING:
     from groundkit.embedders import Embedder, EmbeddingModel
@@ -137,7 +138,12 @@ def get_model(s: Session, name: str) -> EmbeddingModel:
 def active_model(s: Session) -> EmbeddingModel:
     """The model search embeds queries with (``groundkit.active_embedding_model()``, which a
     reader role may call); :class:`UnknownModel` (GK015) if none is active."""
-    rows = s._fetch("select * from groundkit.active_embedding_model()", {})
+    return s._run(active_model_steps())
+
+
+def active_model_steps() -> Op[EmbeddingModel]:
+    """:func:`active_model` as an operation (:mod:`groundkit.steps`)."""
+    rows = yield Query("select * from groundkit.active_embedding_model()")
     if not rows:
         raise UnknownModel("no embedding model is active: add one (groundkit models add), embed "
                            "(groundkit embed --model NAME), then groundkit cutover --model NAME")
@@ -231,13 +237,16 @@ def _one_batch(s: Session, model: EmbeddingModel, embedder: Embedder, batch: int
 
 # -- the worker's embedding pass ---------------------------------------------------------------
 
+# Pending dense index entries merged per transaction (each an HNSW insert, about 1 ms at 384-d).
+DENSE_MERGE_BATCH = 500
+
 # The longest the worker skips embedding after provider failures (doubling from one pass).
 EMBED_BACKOFF_MAX_S = 300.0
 
 
 class EmbedPass:
     """What the worker does after each maintenance pass: for every model that is active or being
-    reindexed, embed what it lacks, then build each HNSW index that is due. Keeps one embedder
+    reindexed, embed what it lacks, then build each of its buckets' HNSW indexes that is due. Keeps one embedder
     per model across passes (loading the local model takes seconds). A failure (a provider down,
     a bad answer) is returned, not raised, and embedding is skipped for a while, doubling from
     one pass interval up to :data:`EMBED_BACKOFF_MAX_S`; the maintenance jobs go on meanwhile."""
@@ -263,7 +272,7 @@ class EmbedPass:
     def run(self, s: Session, progress: EmbedProgressByModel | None = None
             ) -> tuple[list[MaintenanceStep], GroundkitError | None]:
         """One pass: the steps it ran (``embed`` per model that had something to embed, ``hnsw``
-        per index built) and the failure that stopped it, if one did."""
+        per model whose bucket indexes were built, ``count`` of them) and the failure that stopped it, if one did."""
         steps: list[MaintenanceStep] = []
         if time.monotonic() < self.resume_at:
             return steps, None
@@ -297,15 +306,25 @@ def _for_model(progress: EmbedProgressByModel, model: str) -> EmbedProgress:
 
 
 def build_due_indexes(s: Session, models: Sequence[str]) -> list[MaintenanceStep]:
-    """Build the HNSW index of each of ``models`` that has enough embeddings and none yet
-    (``groundkit.dense``; concurrently, so searches and the embedding go on)."""
-    from groundkit.dense import build_hnsw_index
+    """The dense index's upkeep after embedding (docs/dense.md, "Buckets"), for each of
+    ``models``: check again the texts stored while a writer may have written a chunk of them
+    (``groundkit.dense_recheck``); merge the entries writers filed or moved into their buckets'
+    HNSW indexes (``groundkit.dense.merge_pending``); build the HNSW index of each bucket that
+    has enough entries and none yet (concurrently, so searches and the embedding go on)."""
+    from groundkit.dense import build_hnsw_indexes, merge_pending
 
     steps = []
     for name in models:
-        if not s._scalar("select due from groundkit.hnsw_status(%(model)s)", {"model": name}):
-            continue
+        s._scalar("select groundkit.dense_recheck(%(model)s)", {"model": name})
         t = time.perf_counter()
-        build_hnsw_index(s.conn, name)
-        steps.append(MaintenanceStep(name="hnsw", reason=name, count=1, seconds=round(time.perf_counter() - t, 3)))
+        merged, built = merge_pending(s.conn, name, batch=DENSE_MERGE_BATCH)
+        if merged:
+            steps.append(MaintenanceStep(name="dense", reason=name, count=merged,
+                                         seconds=round(time.perf_counter() - t, 3)))
+        t = time.perf_counter()
+        if s._scalar("select coalesce(bool_or(due), false) from groundkit.hnsw_status(%(model)s)", {"model": name}):
+            built += build_hnsw_indexes(s.conn, name)
+        if built:
+            steps.append(MaintenanceStep(name="hnsw", reason=name, count=len(built),
+                                         seconds=round(time.perf_counter() - t, 3)))
     return steps

@@ -158,6 +158,13 @@ class OutboundPolicyInvalid(InvalidArgument):
     sqlstate = "GK025"
 
 
+class UnknownLanguage(InvalidArgument):
+    """A language groundkit has no text search configuration for (GK026): languages are
+    PostgreSQL's Snowball configurations (``groundkit.languages()``)."""
+
+    sqlstate = "GK026"
+
+
 class NoFreshServer(DatabaseUnavailable):
     """A read routed by the permission fence found no server it may use: the primary is
     unreachable and no replica is provably fresh (GK018; docs/replicas.md). Fails closed: an
@@ -212,6 +219,14 @@ class AuditFailure(GroundkitError):
     sqlstate = "GK022"
 
 
+class ConsoleFormRefused(GroundkitError):
+    """A form of the operator console that changes state (log in, log out) came without its CSRF
+    token, with a wrong one, or from another site (GK030; HTTP 403). Raised by Python, not by
+    SQL. Nothing was changed: reload the page and send the form again."""
+
+    sqlstate = "GK030"
+
+
 _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK001": VersionConflict,
     "GK002": UnknownTier,
@@ -241,6 +256,8 @@ _BY_SQLSTATE: dict[str, type[GroundkitError]] = {
     "GK020": GateRefused,
     "GK021": Uncertified,
     "GK022": AuditFailure,
+    "GK026": UnknownLanguage,
+    "GK030": ConsoleFormRefused,
 }
 
 # admin_shutdown (also pg_terminate_backend), crash_shutdown, cannot_connect_now

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from groundkit import ops
 from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
 from groundkit.models import MAX_K, SearchMode
@@ -134,4 +135,4 @@ def _resolved(gk: Groundkit, mode: SearchMode | None) -> SearchMode:
     resolves it (``groundkit.auto_search_settings``: a mode the content types set, docs/dense.md)."""
     if mode not in (None, "auto"):
         return mode
-    return gk._auto_mode(None)[0]
+    return gk._run(ops.auto_mode(None))[0]

@@ -8,31 +8,38 @@ Search is exact whatever state the index is in; these keep it fast:
   average, after k1 or b changed, or to finish a recompute that was interrupted;
 - vacuum what those rewrote.
 
-:func:`maintain` does one pass of whatever is due; :func:`run_worker` runs passes in a loop on
-its own connection, outliving database restarts, with a heartbeat row for ``groundkit status``.
+:func:`maintain` does one pass of whatever is due; :func:`groundkit.worker.run_worker` runs
+passes in a loop on its own connection, outliving database restarts, with a heartbeat row for
+``groundkit status``.
 The CLI (``groundkit worker``, ``status``, ``ingest``, ``merge``) only calls these. The rules of
 what is due live in SQL (``groundkit.maintenance_due()``), so a pg_cron schedule follows them too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import Any, Protocol
 
-from psycopg.types.json import Jsonb
-
-from groundkit.errors import DatabaseUnavailable, GroundkitError, InvalidArgument
+from groundkit.errors import InvalidArgument
 from groundkit.models import Due, IndexStatus, MaintenanceReport, MaintenanceStep, StepName
 
-if TYPE_CHECKING:
-    from groundkit.admin import Admin
-    from groundkit.client import Groundkit
+
+class Maintainable(Protocol):
+    """What a maintenance pass calls: :class:`groundkit.admin.Admin`'s methods (a protocol, so
+    that this policy module, which the admin imports, imports neither it nor the client)."""
+
+    def _fetch(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]: ...
+    def _outside_transaction(self) -> bool: ...
+    def _vacuum(self, table: str) -> None: ...
+    def reindex_impacts(self, avgdl_ref: float | None = None, progress: Callable[[int, int], None] | None = None,
+                        *, step_postings: int = ...) -> int: ...
+    def merge_pending(self) -> int: ...
+    def analyze_postings(self, min_postings: int | None = None, progress: Callable[[int, int], None] | None = None,
+                         reindex_at: float | None = ...) -> int: ...
+    def index_status(self) -> IndexStatus: ...
 
 # Analyze once the chunk ids issued since the last analyze reach this share of the chunks there
 # were then (postings_growth()): at 1M chunks a tenth more unanalyzed made the broad reader's p95
@@ -58,10 +65,9 @@ HEARTBEAT_KEEP = "7 days"
 
 # progress(step, done, total), step being a MaintenanceStep name
 StepProgress = Callable[[str, int, int], None]
-R = TypeVar("R")
 
 
-def due(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH,
+def due(gk: Maintainable, *, analyze_growth: float = ANALYZE_GROWTH,
         reindex_at: float = REINDEX_DRIFT) -> tuple[Due, ...]:
     """What a maintenance pass does now, and why; ``reindex_at`` or ``analyze_growth`` 0 (or
     less): that job is never due."""
@@ -74,7 +80,7 @@ def due(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH,
     return tuple(Due.model_validate(r) for r in rows)
 
 
-def maintain(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: float = REINDEX_DRIFT,
+def maintain(gk: Maintainable, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: float = REINDEX_DRIFT,
              progress: StepProgress | None = None) -> MaintenanceReport:
     """One pass of whatever is due, in this order: recompute the impacts (resuming one that was
     interrupted; in steps on an autocommit connection), merge the pending part, analyze the
@@ -124,7 +130,7 @@ def maintain(gk: Admin, *, analyze_growth: float = ANALYZE_GROWTH, reindex_at: f
     return MaintenanceReport(started_at=started_at, seconds=round(time.perf_counter() - t0, 3), steps=tuple(steps))
 
 
-def early_reindex(gk: Admin, chunks_before: int, *, reindex_at: float = REINDEX_DRIFT) -> IndexStatus | None:
+def early_reindex(gk: Maintainable, chunks_before: int, *, reindex_at: float = REINDEX_DRIFT) -> IndexStatus | None:
     """For a large load, once it has written :data:`EARLY_REINDEX_OBJECTS` objects: the index's
     status if the load has at least doubled the chunks there were before it (``chunks_before``)
     and the impacts' reference length is off by ``reindex_at`` (0: never), in which case
@@ -135,149 +141,3 @@ def early_reindex(gk: Admin, chunks_before: int, *, reindex_at: float = REINDEX_
         return None
     st = gk.index_status()
     return st if st.chunks >= 2 * chunks_before and st.impact_drift >= reindex_at else None
-
-
-def reconnect_wait(every: float, lost: int) -> float:
-    """Seconds to wait before connecting again after losing the database ``lost`` times in a
-    row: twice as long each time, from the pass interval (a second at most), up to a minute."""
-    return float(min(min(every, 1.0) * 2 ** min(lost, 20), RECONNECT_MAX_S))
-
-
-def keep_running(dsn: str | None, every: float | None, one_pass: Callable[[Groundkit], R], *,
-                 on_result: Callable[[R], None],
-                 on_lost: Callable[[DatabaseUnavailable, float], None] | None = None,
-                 on_connected: Callable[[Groundkit, bool], None] | None = None,
-                 on_stop: Callable[[Groundkit], None] | None = None) -> None:
-    """``one_pass`` on a connection of its own, every ``every`` seconds until interrupted
-    (KeyboardInterrupt propagates, after ``on_stop(gk)``), or once if ``every`` is None (then
-    ``on_stop(gk)``). When the database goes away (a restart, a failover, a terminated backend)
-    it calls ``on_lost(error, wait)``, waits, and connects again (``on_connected(gk,
-    again=True)``); an interrupted pass rolls back, or, for a recompute in steps, resumes on the
-    next pass."""
-    from groundkit.client import Groundkit
-
-    lost = 0
-    while True:
-        try:
-            with Groundkit.connect(dsn) as gk:
-                if on_connected is not None:
-                    on_connected(gk, lost > 0)
-                lost = 0
-                try:
-                    while True:
-                        on_result(one_pass(gk))
-                        if every is None:
-                            break
-                        time.sleep(every)
-                except KeyboardInterrupt:
-                    if on_stop is not None and not gk.conn.closed:
-                        on_stop(gk)
-                    raise
-                if on_stop is not None:
-                    on_stop(gk)
-                return
-        except DatabaseUnavailable as exc:
-            if every is None:
-                raise
-            lost += 1
-            wait = reconnect_wait(every, lost)
-            if on_lost is not None:
-                on_lost(exc, wait)
-            time.sleep(wait)
-
-
-class Heartbeat:
-    """A worker's row in ``groundkit.worker_heartbeat``, written after every pass."""
-
-    def __init__(self) -> None:
-        self.host = socket.gethostname()
-        self.pid = os.getpid()
-        self.worker_id = f"{self.host}:{self.pid}"
-        self.started_at = datetime.now(UTC)
-
-    def beat(self, gk: Admin, report: MaintenanceReport | None = None, error: str | None = None) -> None:
-        """Say the worker is alive; with a pass's report or error (or both: the pass ran, its
-        embedding failed), what that pass did."""
-        gk._fetch(
-            "insert into groundkit.worker_heartbeat as h"
-            "       (worker_id, host, pid, started_at, beat_at, last_run_at, last_result, last_error)"
-            " values (%(id)s, %(host)s, %(pid)s, %(started)s, now(), %(run_at)s, %(result)s, %(error)s)"
-            " on conflict (worker_id) do update"
-            "   set host = excluded.host, pid = excluded.pid, started_at = excluded.started_at,"
-            "       beat_at = now(),"
-            "       last_run_at = coalesce(excluded.last_run_at, h.last_run_at),"
-            "       last_result = coalesce(excluded.last_result, h.last_result),"
-            "       last_error = case when excluded.last_run_at is not null then excluded.last_error"
-            "                         else coalesce(excluded.last_error, h.last_error) end,"
-            "       stopped_at = null",
-            {"id": self.worker_id, "host": self.host, "pid": self.pid, "started": self.started_at,
-             "run_at": datetime.now(UTC) if report is not None else None,
-             "result": Jsonb(report.model_dump(mode="json")) if report is not None else None,
-             "error": error})
-
-    def forget_old(self, gk: Admin) -> None:
-        """Delete the rows of workers not heard from for a week."""
-        gk._fetch("delete from groundkit.worker_heartbeat"
-                  " where beat_at < now() - %(keep)s::interval and worker_id <> %(id)s",
-                  {"keep": HEARTBEAT_KEEP, "id": self.worker_id})
-
-    def stopped(self, gk: Admin) -> None:
-        """Mark the worker stopped (best effort: the connection may be gone)."""
-        with contextlib.suppress(GroundkitError):
-            gk._fetch("update groundkit.worker_heartbeat set stopped_at = now(), beat_at = now()"
-                      " where worker_id = %(id)s", {"id": self.worker_id})
-
-
-def run_worker(dsn: str | None, *, every: float | None = WORKER_EVERY_S,
-               on_pass: Callable[[MaintenanceReport | None, GroundkitError | None], None],
-               on_lost: Callable[[DatabaseUnavailable, float], None] | None = None,
-               on_connected: Callable[[Groundkit, bool], None] | None = None,
-               progress: StepProgress | None = None,
-               analyze_growth: float = ANALYZE_GROWTH, reindex_at: float = REINDEX_DRIFT,
-               embed: bool = True) -> Heartbeat:
-    """The maintenance worker: :func:`maintain` every ``every`` seconds (once if None) on its own
-    connection, reconnecting with backoff (:func:`keep_running`), with a heartbeat row after
-    every pass. With ``embed`` each pass then embeds what the active model and the models being
-    reindexed lack, and builds the HNSW indexes that are due (:class:`groundkit.embedding.EmbedPass`;
-    nothing without pgvector), as ``embed`` and ``hnsw`` steps of the report. A pass that fails
-    with a :class:`GroundkitError` other than losing the database is reported (``on_pass(None,
-    error)``) and recorded in the heartbeat, and the worker goes on (with ``every`` None it
-    raises). An embedding failure (a provider down) is reported with the pass's report
-    (``on_pass(report, error)``), and embedding backs off while maintenance goes on.
-    Interrupted (KeyboardInterrupt, which the CLI raises on SIGTERM too), it marks its heartbeat
-    stopped and re-raises."""
-    from groundkit.embedding import EmbedPass
-
-    heartbeat = Heartbeat()
-    embedding = EmbedPass(every) if embed else None
-
-    def connected(gk: Groundkit, again: bool) -> None:
-        heartbeat.beat(gk)
-        heartbeat.forget_old(gk)
-        if on_connected is not None:
-            on_connected(gk, again)
-
-    def one_pass(gk: Groundkit) -> tuple[MaintenanceReport | None, GroundkitError | None]:
-        try:
-            report = maintain(gk, analyze_growth=analyze_growth, reindex_at=reindex_at, progress=progress)
-        except DatabaseUnavailable:
-            raise
-        except GroundkitError as exc:
-            if every is None:
-                raise
-            heartbeat.beat(gk, error=exc.message)
-            return None, exc
-        failed = failing = None
-        if embedding is not None:
-            steps, failed = embedding.run(gk, progress=progress)
-            failing = embedding.failing  # (also while backing off, when this pass did not try)
-            if steps:
-                report = report.model_copy(update={
-                    "steps": report.steps + tuple(steps),
-                    "seconds": round(report.seconds + sum(st.seconds for st in steps), 3)})
-        heartbeat.beat(gk, report, error=None if failing is None else f"embedding: {failing.message}")
-        return report, failed
-
-    keep_running(dsn, every, one_pass, on_result=lambda r: on_pass(*r), on_lost=on_lost,
-                 on_connected=connected, on_stop=heartbeat.stopped)
-    return heartbeat

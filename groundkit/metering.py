@@ -14,6 +14,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from pydantic import BaseModel, ConfigDict
 
@@ -21,6 +22,7 @@ from groundkit.config import Settings
 from groundkit.errors import from_psycopg
 from groundkit.prices import PriceTable
 from groundkit.session import Session
+from groundkit.steps import Op, Query, drive
 
 __all__ = ["CostRow", "MeteredCall", "add_flow", "cost_summary", "meter"]
 
@@ -56,11 +58,11 @@ class CostRow(BaseModel):
 Target = Session | psycopg.Connection[Any]
 
 
-def _fetch(target: Target, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _fetch(target: Target, query: str | sql.Composable, params: dict[str, Any]) -> list[dict[str, Any]]:
     conn = target.conn if isinstance(target, Session) else target
     try:
         with conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(query, params).fetchall()
+            return cur.execute(query, params).fetchall()  # type: ignore[arg-type]
     except psycopg.Error as exc:
         raise from_psycopg(exc) from exc
 
@@ -81,18 +83,25 @@ def meter(
     priced from ``prices`` (default: the table ``GROUNDKIT_PRICES`` names). An unknown flow
     raises :class:`~groundkit.errors.UnknownFlow`, negative tokens
     :class:`~groundkit.errors.InvalidArgument`; nothing is recorded then."""
+    return drive(meter_steps(flow=flow, model=model, kind=kind, tokens_in=tokens_in, tokens_out=tokens_out,
+                             run_id=run_id, reader=reader, prices=prices),
+                 lambda step: _fetch(target, step.statement, dict(step.params)))  # type: ignore[union-attr]
+
+
+def meter_steps(*, flow: str, model: str, kind: CallKind, tokens_in: int, tokens_out: int,
+                run_id: UUID | str | None = None, reader: str | None = None,
+                prices: PriceTable | None = None) -> Op[MeteredCall]:
+    """:func:`meter` as an operation (:mod:`groundkit.steps`), for either client's driver."""
     table = prices if prices is not None else Settings.from_env().price_table()
     price = table.price(model)
     cost = currency = None
     if price is not None and tokens_in >= 0 and tokens_out >= 0:  # negative tokens: SQL refuses them
         cost, currency = price.cost(tokens_in, tokens_out), price.currency
-    rows = _fetch(
-        target,
+    rows = yield Query(
         "select groundkit.record_call(%(flow)s, %(model)s, %(kind)s, %(tokens_in)s, %(tokens_out)s,"
         " %(cost)s, %(currency)s, %(run_id)s::uuid, %(reader)s) as call_id",
         {"flow": flow, "model": model, "kind": kind, "tokens_in": tokens_in, "tokens_out": tokens_out,
-         "cost": cost, "currency": currency, "run_id": None if run_id is None else str(run_id), "reader": reader},
-    )
+         "cost": cost, "currency": currency, "run_id": None if run_id is None else str(run_id), "reader": reader})
     return MeteredCall(call_id=rows[0]["call_id"], cost=cost, currency=currency)
 
 

@@ -47,6 +47,8 @@ class MigrationState(BaseModel):
     applied: tuple[str, ...]
     pending: tuple[str, ...]
     replaceable_sql: tuple[str, ...]
+    #: what the server warned of while migrating (an extension it lacks: pgvector, unaccent)
+    warnings: tuple[str, ...] = ()
 
     @property
     def up_to_date(self) -> bool:
@@ -60,7 +62,7 @@ RECORD_VERSION_SQL = "select groundkit._record_installed(%s)"
 
 def installed_version() -> str:
     """This groundkit's version, as migrate records it."""
-    from groundkit import __version__
+    from groundkit._version import __version__
 
     return __version__
 
@@ -132,6 +134,8 @@ def migrate(dsn: str, *, gate: bool = True, skip_gate_reason: str | None = None)
 
         return gated_migrate(dsn, skip_reason=skip_gate_reason)[0]
     cfg = _alembic_config()
+    warnings: list[str] = []
+    cfg.attributes["warnings"] = warnings
     try:
         with _engine_connection(dsn) as conn:
             cfg.attributes["connection"] = conn
@@ -148,7 +152,7 @@ def migrate(dsn: str, *, gate: bool = True, skip_gate_reason: str | None = None)
         else:
             message, sqlstate = scrub(dsn, str(exc)), None
     else:
-        return migration_state(dsn)
+        return migration_state(dsn).model_copy(update={"warnings": tuple(warnings)})
     # raised outside the handler: SQLAlchemy's error holds psycopg's, whose pgconn holds the password
     raise MigrationError(f"migration failed: {message}", sqlstate=sqlstate)
 

@@ -15,7 +15,7 @@ CONTENT_TYPES: tuple[str, ...] = (
     "course_section", "board_post", "transcript", "event", "member_note", "document",
 )
 
-MAX_QUERY_CHARS = 4096
+MAX_QUERY_CHARS = 32768  # groundkit._max_query_chars(); docs/bm25/analysis.md
 MAX_K = 200
 MAX_MARKER_CHARS = 64  # snippet_start / snippet_end
 
@@ -173,12 +173,17 @@ class CitedChunk(_Frozen):
 class SearchHit(CitedChunk):
     """One visible chunk, ranked by BM25, by its embedding's similarity (dense) or by both fused
     (hybrid). ``score`` is never negative. In hybrid, ``bm25_rank`` and ``dense_rank`` are where
-    each leg ranked the chunk (``None``: that leg did not return it); ``None`` in the other modes."""
+    each leg ranked the chunk (``None``: that leg did not return it); ``None`` in the other modes.
+    Every mode keeps to the query's phrases and exclusions (docs/bm25/analysis.md)."""
 
     score: float = Field(ge=0.0)
     snippet: str | None = None
     bm25_rank: int | None = None
     dense_rank: int | None = None
+    #: what search says about how it read the query, the same on every hit of one search: past
+    #: 64 distinct terms in a language it kept the most informative (docs/bm25/analysis.md,
+    #: "Long questions"); ``None`` when it read the query whole
+    query_notice: str | None = None
 
 
 class Citation(CitedChunk):
@@ -207,6 +212,24 @@ class OutdatedChunks(_Frozen):
     chunk_chars: int | None
     chunk_overlap: int | None
     chunks: int
+
+
+class AnalysisState(_Frozen):
+    """For one language the index holds (:meth:`groundkit.Groundkit.analysis_status`): the analysis
+    its chunks were made with (``built_*``, recorded by the last rebuild, or by the migrate of an
+    empty database; ``built_digest`` is ``None`` before revision 0030) against the analysis
+    now: this groundkit's version and this server's digest of the language's configuration on
+    probe words. ``current`` false: stored lexemes and a query's may differ; ``groundkit
+    rebuild`` analyzes everything again (docs/bm25/analysis.md)."""
+
+    language: str
+    built_version: str | None
+    built_server_version: int | None
+    built_digest: str | None
+    version: str
+    digest: str | None
+    folds_accents: bool | None
+    current: bool
 
 
 HomeMode = Literal["latest", "top"]
@@ -304,14 +327,15 @@ class Due(_Frozen):
     reason: str
 
 
-StepName = Literal["reindex", "merge", "analyze", "vacuum", "embed", "hnsw"]
+StepName = Literal["reindex", "merge", "analyze", "vacuum", "embed", "dense", "hnsw"]
 
 
 class MaintenanceStep(_Frozen):
     """One step of a maintenance pass. ``count`` is what the step reports: postings rewritten
     (``reindex``, its vacuum of the postings included), postings merged (``merge``), lists
     sketched (``analyze``), tables vacuumed (``vacuum``), chunks embedded (``embed``, its
-    ``reason`` the model), HNSW indexes built (``hnsw``, the model)."""
+    ``reason`` the model), dense index entries merged into their buckets' HNSW indexes
+    (``dense``, the model), HNSW indexes built (``hnsw``, the model)."""
 
     name: StepName
     reason: str

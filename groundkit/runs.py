@@ -30,8 +30,6 @@ from psycopg.types.json import Jsonb
 from groundkit import telemetry
 from groundkit.errors import InvalidArgument, OutboundRefused, from_psycopg
 from groundkit.models import (
-    MAX_K,
-    MAX_QUERY_CHARS,
     Replay,
     ReplayHit,
     RunDiffRow,
@@ -39,7 +37,8 @@ from groundkit.models import (
     RunSummary,
     SearchHit,
 )
-from groundkit.session import Session, no_nul
+from groundkit.session import AsyncSession, Session, no_nul
+from groundkit.steps import Op, rows, scalar
 
 if TYPE_CHECKING:
     from groundkit.context import AssembledContext
@@ -50,7 +49,7 @@ _SEARCH = ("select * from groundkit.run_search(%(run_id)s, %(search_no)s, %(flow
 _RECORD = ("select groundkit.record_run(%(run_id)s, %(flow)s, %(reader)s, %(model)s, %(prompt_version)s,"
            " %(started_at)s, %(llm_calls)s, %(context)s, %(error_class)s)")
 
-__all__ = ["Run", "diff_runs", "list_runs", "parse_run_id", "replay"]
+__all__ = ["AsyncRun", "Run", "diff_runs", "list_runs", "parse_run_id", "replay"]
 
 
 def parse_run_id(run_id: uuid.UUID | str) -> uuid.UUID:
@@ -74,10 +73,12 @@ def _error_class(exc_type: type[BaseException]) -> str:
     return exc_type.__qualname__ if module == "builtins" else f"{module}.{exc_type.__qualname__}"
 
 
-class Run:
-    """One run: use as a context manager (:meth:`groundkit.Groundkit.run`)."""
+class _RunBase:
+    """What a run is, whichever driver runs it: its arguments checked, its header, each
+    search's parameters and hits, what it sends through the outbound gate. :class:`Run` and
+    :class:`AsyncRun` add only the I/O (the same statements, in the same pipelines)."""
 
-    def __init__(self, session: Session, *, flow: str, reader: str, model: str | None = None,
+    def __init__(self, session: Any, *, flow: str, reader: str, model: str | None = None,
                  prompt_version: str | None = None, run_id: uuid.UUID | str | None = None) -> None:
         for name, value in (("flow", flow), ("reader", reader)):
             if not isinstance(value, str) or not value:
@@ -112,7 +113,7 @@ class Run:
     # run around one search then costs two round trips, not six. On a connection already in a
     # transaction the run is a savepoint of it instead.
 
-    def __enter__(self) -> Run:
+    def _enter(self) -> None:
         if self._entered:
             raise InvalidArgument("a run is entered once")
         conn = self._session.conn
@@ -125,6 +126,163 @@ class Run:
         # spans opened inside it
         self._span = telemetry.span("run", flow=self.flow, model=self.model, prompt_version=self.prompt_version)
         self._span_current = self._span.__enter__()
+
+    def _header(self, exc_type: type[BaseException] | None) -> dict[str, Any]:
+        return {"run_id": self.id, "flow": self.flow, "reader": self.reader, "model": self.model,
+                "prompt_version": self.prompt_version, "started_at": self._started_at,
+                "llm_calls": Jsonb(self._llm_calls), "context": Jsonb(self._context),
+                "error_class": None if exc_type is None else _error_class(exc_type)}
+
+    def _check_open(self) -> None:
+        if not self._entered:
+            raise InvalidArgument("use the run as a context manager: `with gk.run(...) as run:`")
+
+    def _aborted(self) -> bool:
+        """Whether there is nothing to roll back (the connection is idle)."""
+        return bool(self._session.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
+    # -- what a run does, without I/O ---------------------------------------------------------
+
+    def _search_params(self, query: str, k: int, content_types: Sequence[str] | None,
+                       space_ids: Sequence[str] | None, snippet_start: str, snippet_end: str) -> dict[str, Any]:
+        self._check_open()
+        from groundkit.ops import check_k, check_query
+
+        check_k(k)
+        check_query(query)
+        for name, seq in (("content_types", content_types), ("space_ids", space_ids)):
+            if isinstance(seq, str):
+                raise InvalidArgument(f"{name} must be a list of strings, not a string")
+        no_nul(query=query, content_types=list(content_types or ()), space_ids=list(space_ids or ()),
+               snippet_start=snippet_start, snippet_end=snippet_end)
+        self._searches += 1
+        return {"run_id": self.id, "search_no": self._searches, "flow": self.flow, "reader": self.reader,
+                "query": query, "k": k,
+                "content_types": None if content_types is None else list(content_types),
+                "space_ids": None if space_ids is None else list(space_ids),
+                "snippet_start": snippet_start, "snippet_end": snippet_end}
+
+    def _hits(self, rows: list[dict[str, Any]]) -> list[SearchHit]:
+        self._in_tx = True
+        hits = [SearchHit.model_validate(r) for r in rows]
+        for hit in hits:
+            self._retrieved.setdefault(hit.object_id, set()).add(hit.content)
+        telemetry.add_hits(len(hits), mode="bm25", flow=self.flow)
+        return hits
+
+    def context(self, hits: Sequence[SearchHit], budget_tokens: int, **options: Any) -> AssembledContext:
+        """:func:`groundkit.context.assemble_context` of ``hits``; the run records its citation ids."""
+        self._check_open()
+        from groundkit.context import assemble_context
+
+        assembled = assemble_context(hits, budget_tokens, **options)
+        self._context.extend(c.model_dump(mode="json") for c in assembled.citations)
+        self._assembled.append(assembled)
+        return assembled
+
+    def _complete_steps(self, messages: Sequence[Message | dict[str, Any]], *, model: str, provider: LlmProvider,
+                        prompt_version: str | None, objects: Sequence[str] | None, temperature: float | None,
+                        max_tokens: int | None) -> Op[Completion]:
+        """The checks of :meth:`Run.complete`, then (the run's transaction begun by the caller)
+        the call as an operation."""
+        self._check_open()
+        from groundkit.llm import Completion, Message, messages_digest, text_digest
+        from groundkit.outbound import gate
+
+        if not isinstance(model, str) or not model:
+            raise InvalidArgument("model must be a non-empty string")
+        if prompt_version is not None and not isinstance(prompt_version, str):
+            raise InvalidArgument("prompt_version must be a string")
+        if isinstance(messages, str | bytes) or not messages:
+            raise InvalidArgument("messages must be a non-empty list of {role, content}")
+        try:
+            msgs = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
+        except (ValueError, TypeError) as exc:
+            raise InvalidArgument(f"messages must be {{role: system|user|assistant, content: text}} ({exc})") from None
+        no_nul(model=model, prompt_version=prompt_version, messages=[m.content for m in msgs],
+               objects=list(objects or ()))
+        object_ids = [*(objects or ()), *self._objects_in("\n".join(m.content for m in msgs))]
+        client = _chat_client(provider, model)
+
+        def transmit(outgoing: list[str]) -> gate.Answer[tuple[str, list[Message]]]:
+            sent_msgs = [Message(role=m.role, content=t) for m, t in zip(msgs, outgoing, strict=True)]
+            text, tokens_in, tokens_out = client.chat(sent_msgs, temperature=temperature, max_tokens=max_tokens)
+            return gate.Answer((text, sent_msgs), tokens_in, tokens_out)
+
+        pinned = {"model": model, "source": "gate", "provider": provider.protocol,
+                  "prompt_version": prompt_version if prompt_version is not None else self.prompt_version}
+
+        def steps() -> Op[Completion]:
+            try:
+                sent = yield from gate.send_steps(
+                    "complete", gate.Destination(provider.protocol, provider.url, model), [m.content for m in msgs],
+                    transmit, provenance=gate.Provenance(queries=len(msgs), object_ids=tuple(object_ids)),
+                    policy=gate.DATABASE, record=True, flow=self.flow, reader=self.reader, run_id=str(self.id))
+            except OutboundRefused as exc:
+                self._llm_calls.append({**pinned, "tokens_in": 0, "tokens_out": 0, "cost": None,
+                                        "decision": "refused", "rule": exc.rule,
+                                        "policy_version": exc.policy_version})
+                raise
+            text, sent_msgs = sent.result
+            digest, answer_digest = messages_digest(sent_msgs), text_digest(text)
+            self._llm_calls.append({
+                **pinned, "tokens_in": sent.tokens_in, "tokens_out": sent.tokens_out,
+                "cost": None if sent.cost is None else format(sent.cost, "f"), "decision": "sent",
+                "class": sent.decision.provider_class, "policy_version": sent.decision.policy_version,
+                "messages_sha256": digest, "answer_sha256": answer_digest, "scrubbed": sent.scrubbed})
+            return Completion(text=text, model=model, tokens_in=sent.tokens_in, tokens_out=sent.tokens_out,
+                              messages_sha256=digest, answer_sha256=answer_digest,
+                              policy_version=sent.decision.policy_version,
+                              provider_class=sent.decision.provider_class, scrubbed=sent.scrubbed)
+
+        return steps()
+
+    def _objects_in(self, text: str) -> list[str]:
+        """Objects whose text this run read and that appear in ``text``: every citation of an
+        assembled context found whole in it, and every retrieved hit whose chunk is in it."""
+        found: dict[str, None] = {}
+        for assembled in self._assembled:
+            if assembled.text and assembled.text in text:
+                found.update((c.object_id, None) for c in assembled.citations)
+        for object_id, contents in self._retrieved.items():
+            if object_id not in found and any(c and c in text for c in contents):
+                found[object_id] = None
+        return list(found)
+
+    def _record_llm_steps(self, model: str, tokens_in: int, tokens_out: int, cost: Decimal | float | None,
+                          meter: bool) -> tuple[Op[None], bool]:
+        """The checks of :meth:`Run.record_llm`, then the recording as an operation (and
+        whether the run's transaction must be begun first: when it meters)."""
+        self._check_open()
+        if not isinstance(model, str) or not model:
+            raise InvalidArgument("model must be a non-empty string")
+        no_nul(model=model)
+        _count("tokens_in", tokens_in)
+        _count("tokens_out", tokens_out)
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float | Decimal) or cost < 0):
+            raise InvalidArgument(f"cost must be a non-negative number (got {cost!r})")
+
+        def steps() -> Op[None]:
+            priced = cost
+            if meter:
+                from groundkit.metering import meter_steps
+
+                call = yield from meter_steps(flow=self.flow, model=model, kind="llm", tokens_in=tokens_in,
+                                              tokens_out=tokens_out, run_id=self.id, reader=self.reader)
+                priced = call.cost if cost is None else cost
+            self._llm_calls.append({"model": model, "tokens_in": tokens_in, "tokens_out": tokens_out,
+                                    "cost": None if priced is None else format(Decimal(str(priced)), "f")})
+
+        return steps(), meter
+
+
+class Run(_RunBase):
+    """One run: use as a context manager (:meth:`groundkit.Groundkit.run`)."""
+
+    _session: Session
+
+    def __enter__(self) -> Run:
+        self._enter()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -148,12 +306,6 @@ class Run:
             return  # the body's exception goes on; nothing was recorded
         finally:
             self._in_tx = False
-
-    def _header(self, exc_type: type[BaseException] | None) -> dict[str, Any]:
-        return {"run_id": self.id, "flow": self.flow, "reader": self.reader, "model": self.model,
-                "prompt_version": self.prompt_version, "started_at": self._started_at,
-                "llm_calls": Jsonb(self._llm_calls), "context": Jsonb(self._context),
-                "error_class": None if exc_type is None else _error_class(exc_type)}
 
     def _pipeline(self, before: list[str], query: str, params: dict[str, Any],
                   after: list[str]) -> list[dict[str, Any]]:
@@ -184,42 +336,19 @@ class Run:
 
     def _abort(self) -> None:
         """Roll the run's transaction (or savepoint) back, if it is open."""
-        if self._session.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+        if self._aborted():
             return
         with contextlib.suppress(psycopg.Error):
             for stmt in self._rollback:
                 self._session.conn.execute(stmt)
         self._in_tx = False
 
-    def _check_open(self) -> None:
-        if not self._entered:
-            raise InvalidArgument("use the run as a context manager: `with gk.run(...) as run:`")
-
-    # -- what a run does -------------------------------------------------------------------
-
     def search(self, query: str, k: int = 10, content_types: Sequence[str] | None = None,
                space_ids: Sequence[str] | None = None, snippet_start: str = "<mark>",
                snippet_end: str = "</mark>") -> list[SearchHit]:
         """:meth:`groundkit.Groundkit.search` as the run's reader, recorded in the same statement."""
-        self._check_open()
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-            raise InvalidArgument(f"k must be between 1 and {MAX_K} (got {k!r})")
-        if not isinstance(query, str):
-            raise InvalidArgument("query must be a string")
-        if len(query) > MAX_QUERY_CHARS:
-            raise InvalidArgument(f"query is {len(query)} characters long; the limit is {MAX_QUERY_CHARS}")
-        for name, seq in (("content_types", content_types), ("space_ids", space_ids)):
-            if isinstance(seq, str):
-                raise InvalidArgument(f"{name} must be a list of strings, not a string")
-        no_nul(query=query, content_types=list(content_types or ()), space_ids=list(space_ids or ()),
-               snippet_start=snippet_start, snippet_end=snippet_end)
-        self._searches += 1
+        params = self._search_params(query, k, content_types, space_ids, snippet_start, snippet_end)
         first = not self._in_tx
-        params = {"run_id": self.id, "search_no": self._searches, "flow": self.flow, "reader": self.reader,
-                  "query": query, "k": k,
-                  "content_types": None if content_types is None else list(content_types),
-                  "space_ids": None if space_ids is None else list(space_ids),
-                  "snippet_start": snippet_start, "snippet_end": snippet_end}
         try:
             if first:
                 rows = self._pipeline([self._begin], _SEARCH, params, [])
@@ -233,22 +362,7 @@ class Run:
                     self._session.conn.execute("rollback to savepoint gk_run_search")
                     self._session.conn.execute("release savepoint gk_run_search")
             raise from_psycopg(exc) from exc
-        self._in_tx = True
-        hits = [SearchHit.model_validate(r) for r in rows]
-        for hit in hits:
-            self._retrieved.setdefault(hit.object_id, set()).add(hit.content)
-        telemetry.add_hits(len(hits), mode="bm25", flow=self.flow)
-        return hits
-
-    def context(self, hits: Sequence[SearchHit], budget_tokens: int, **options: Any) -> AssembledContext:
-        """:func:`groundkit.context.assemble_context` of ``hits``; the run records its citation ids."""
-        self._check_open()
-        from groundkit.context import assemble_context
-
-        assembled = assemble_context(hits, budget_tokens, **options)
-        self._context.extend(c.model_dump(mode="json") for c in assembled.citations)
-        self._assembled.append(assembled)
-        return assembled
+        return self._hits(rows)
 
     def complete(self, messages: Sequence[Message | dict[str, Any]], *, model: str, provider: LlmProvider,
                  prompt_version: str | None = None, objects: Sequence[str] | None = None,
@@ -261,90 +375,128 @@ class Run:
         the refusal pinned in the run. Pinned when sent: the prompt version (``prompt_version``,
         else the run's), the SHA-256 of the messages as sent (after scrubbing) and of the answer,
         tokens and cost (metered under the run's flow), the policy version and the provider class."""
-        self._check_open()
-        from groundkit.llm import Completion, Message, messages_digest, text_digest
-        from groundkit.outbound import gate
-
-        if not isinstance(model, str) or not model:
-            raise InvalidArgument("model must be a non-empty string")
-        if prompt_version is not None and not isinstance(prompt_version, str):
-            raise InvalidArgument("prompt_version must be a string")
-        if isinstance(messages, str | bytes) or not messages:
-            raise InvalidArgument("messages must be a non-empty list of {role, content}")
-        try:
-            msgs = [m if isinstance(m, Message) else Message.model_validate(m) for m in messages]
-        except (ValueError, TypeError) as exc:
-            raise InvalidArgument(f"messages must be {{role: system|user|assistant, content: text}} ({exc})") from None
-        no_nul(model=model, prompt_version=prompt_version, messages=[m.content for m in msgs],
-               objects=list(objects or ()))
-        object_ids = [*(objects or ()), *self._objects_in("\n".join(m.content for m in msgs))]
-        client = _chat_client(provider, model)
+        op = self._complete_steps(messages, model=model, provider=provider, prompt_version=prompt_version,
+                                     objects=objects, temperature=temperature, max_tokens=max_tokens)
         self._ensure_begun()  # the decision and the metered call are recorded in the run's transaction
-
-        def transmit(outgoing: list[str]) -> gate.Answer[tuple[str, list[Message]]]:
-            sent_msgs = [Message(role=m.role, content=t) for m, t in zip(msgs, outgoing, strict=True)]
-            text, tokens_in, tokens_out = client.chat(sent_msgs, temperature=temperature, max_tokens=max_tokens)
-            return gate.Answer((text, sent_msgs), tokens_in, tokens_out)
-
-        pinned = {"model": model, "source": "gate", "provider": provider.protocol,
-                  "prompt_version": prompt_version if prompt_version is not None else self.prompt_version}
-        try:
-            sent = gate.send("complete", gate.Destination(provider.protocol, provider.url, model),
-                             [m.content for m in msgs], transmit,
-                             provenance=gate.Provenance(queries=len(msgs), object_ids=tuple(object_ids)),
-                             policy_from=self._session, record_to=self._session, flow=self.flow,
-                             reader=self.reader, run_id=str(self.id))
-        except OutboundRefused as exc:
-            self._llm_calls.append({**pinned, "tokens_in": 0, "tokens_out": 0, "cost": None, "decision": "refused",
-                                    "rule": exc.rule, "policy_version": exc.policy_version})
-            raise
-        text, sent_msgs = sent.result
-        digest, answer_digest = messages_digest(sent_msgs), text_digest(text)
-        self._llm_calls.append({
-            **pinned, "tokens_in": sent.tokens_in, "tokens_out": sent.tokens_out,
-            "cost": None if sent.cost is None else format(sent.cost, "f"), "decision": "sent",
-            "class": sent.decision.provider_class, "policy_version": sent.decision.policy_version,
-            "messages_sha256": digest, "answer_sha256": answer_digest, "scrubbed": sent.scrubbed})
-        return Completion(text=text, model=model, tokens_in=sent.tokens_in, tokens_out=sent.tokens_out,
-                          messages_sha256=digest, answer_sha256=answer_digest,
-                          policy_version=sent.decision.policy_version, provider_class=sent.decision.provider_class,
-                          scrubbed=sent.scrubbed)
-
-    def _objects_in(self, text: str) -> list[str]:
-        """Objects whose text this run read and that appear in ``text``: every citation of an
-        assembled context found whole in it, and every retrieved hit whose chunk is in it."""
-        found: dict[str, None] = {}
-        for assembled in self._assembled:
-            if assembled.text and assembled.text in text:
-                found.update((c.object_id, None) for c in assembled.citations)
-        for object_id, contents in self._retrieved.items():
-            if object_id not in found and any(c and c in text for c in contents):
-                found[object_id] = None
-        return list(found)
+        return self._session._run(op)
 
     def record_llm(self, model: str, tokens_in: int, tokens_out: int, *, cost: Decimal | float | None = None,
                    meter: bool = True) -> None:
         """Record an LLM call the app made: in the run's header and, unless ``meter`` is false, in
         the calls ledger through :func:`groundkit.metering.meter` (priced from the configured price
         table; ``cost`` overrides the price for the header). Negative tokens: InvalidArgument."""
-        self._check_open()
-        if not isinstance(model, str) or not model:
-            raise InvalidArgument("model must be a non-empty string")
-        no_nul(model=model)
-        _count("tokens_in", tokens_in)
-        _count("tokens_out", tokens_out)
-        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float | Decimal) or cost < 0):
-            raise InvalidArgument(f"cost must be a non-negative number (got {cost!r})")
-        priced = cost
-        if meter:
+        op, begin = self._record_llm_steps(model, tokens_in, tokens_out, cost, meter)
+        if begin:
             self._ensure_begun()  # the call is recorded in the run's transaction
-            from groundkit.metering import meter as meter_call
+        self._session._run(op)
 
-            call = meter_call(self._session.conn, flow=self.flow, model=model, kind="llm", tokens_in=tokens_in,
-                              tokens_out=tokens_out, run_id=self.id, reader=self.reader)
-            priced = call.cost if cost is None else cost
-        self._llm_calls.append({"model": model, "tokens_in": tokens_in, "tokens_out": tokens_out,
-                                "cost": None if priced is None else format(Decimal(str(priced)), "f")})
+
+class AsyncRun(_RunBase):
+    """:class:`Run` for :class:`groundkit.AsyncGroundkit`: ``async with gk.run(...) as run:``,
+    the same statements in the same pipelines, awaited."""
+
+    _session: AsyncSession
+
+    async def __aenter__(self) -> AsyncRun:
+        self._enter()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> Literal[False]:
+        try:
+            await self._finish(exc_type, exc)
+        except BaseException as failed:
+            self._span.__exit__(type(failed), failed, failed.__traceback__)
+            raise
+        self._span.__exit__(exc_type, exc, tb)
+        return False
+
+    async def _finish(self, exc_type: type[BaseException] | None, exc: BaseException | None) -> None:
+        try:
+            await self._pipeline([] if self._in_tx else [self._begin], _RECORD, self._header(exc_type),
+                                 [self._commit])
+        except BaseException as failed:
+            await self._abort()
+            if exc is None:
+                raise (from_psycopg(failed) if isinstance(failed, psycopg.Error) else failed) from None
+            return
+        finally:
+            self._in_tx = False
+
+    async def _pipeline(self, before: list[str], query: str, params: dict[str, Any],
+                        after: list[str]) -> list[dict[str, Any]]:
+        conn = self._session.conn
+        if not psycopg.AsyncPipeline.is_supported():
+            for stmt in before:
+                await conn.execute(stmt)
+            cur = await conn.execute(query, params)
+            rows = await cur.fetchall() if cur.description else []
+            for stmt in after:
+                await conn.execute(stmt)
+            return rows
+        async with conn.pipeline():
+            for stmt in before:
+                await conn.execute(stmt)
+            acur = conn.cursor()
+            await acur.execute(query, params)
+            for stmt in after:
+                await conn.execute(stmt)
+        return await acur.fetchall() if acur.description else []
+
+    async def _ensure_begun(self) -> None:
+        if not self._in_tx:
+            try:
+                await self._session.conn.execute(self._begin)
+            except psycopg.Error as exc:
+                raise from_psycopg(exc) from exc
+            self._in_tx = True
+
+    async def _abort(self) -> None:
+        if self._aborted():
+            return
+        with contextlib.suppress(psycopg.Error):
+            for stmt in self._rollback:
+                await self._session.conn.execute(stmt)
+        self._in_tx = False
+
+    async def search(self, query: str, k: int = 10, content_types: Sequence[str] | None = None,
+                     space_ids: Sequence[str] | None = None, snippet_start: str = "<mark>",
+                     snippet_end: str = "</mark>") -> list[SearchHit]:
+        """:meth:`Run.search`."""
+        params = self._search_params(query, k, content_types, space_ids, snippet_start, snippet_end)
+        first = not self._in_tx
+        try:
+            if first:
+                rows = await self._pipeline([self._begin], _SEARCH, params, [])
+            else:
+                rows = await self._pipeline(["savepoint gk_run_search"], _SEARCH, params,
+                                            ["release savepoint gk_run_search"])
+        except psycopg.Error as exc:
+            if first:
+                await self._abort()
+            else:
+                with contextlib.suppress(psycopg.Error):
+                    await self._session.conn.execute("rollback to savepoint gk_run_search")
+                    await self._session.conn.execute("release savepoint gk_run_search")
+            raise from_psycopg(exc) from exc
+        return self._hits(rows)
+
+    async def complete(self, messages: Sequence[Message | dict[str, Any]], *, model: str, provider: LlmProvider,
+                       prompt_version: str | None = None, objects: Sequence[str] | None = None,
+                       temperature: float | None = None, max_tokens: int | None = None) -> Completion:
+        """:meth:`Run.complete` (the provider's HTTP call in a worker thread)."""
+        op = self._complete_steps(messages, model=model, provider=provider, prompt_version=prompt_version,
+                                     objects=objects, temperature=temperature, max_tokens=max_tokens)
+        await self._ensure_begun()
+        return await self._session._run(op)
+
+    async def record_llm(self, model: str, tokens_in: int, tokens_out: int, *, cost: Decimal | float | None = None,
+                         meter: bool = True) -> None:
+        """:meth:`Run.record_llm`."""
+        op, begin = self._record_llm_steps(model, tokens_in, tokens_out, cost, meter)
+        if begin:
+            await self._ensure_begun()
+        await self._session._run(op)
 
 
 _CHAT_CLIENTS: dict[tuple[str, str], ChatClient] = {}
@@ -370,13 +522,17 @@ def _chat_client(provider: LlmProvider, model: str) -> ChatClient:
 
 def replay(session: Session, run_id: uuid.UUID | str, reader: str | None = None) -> Replay:
     """The chunks run ``run_id`` saw, rebuilt from the log (``groundkit.replay_run``)."""
+    return session._run(replay_steps(run_id, reader))
+
+
+def replay_steps(run_id: uuid.UUID | str, reader: str | None = None) -> Op[Replay]:
     rid = parse_run_id(run_id)
     if reader is not None:
         no_nul(reader=reader)
     params = {"run_id": rid, "reader": reader}
-    header = session._fetch("select * from groundkit.run_header(%(run_id)s, %(reader)s)", params)
-    rows = session._fetch("select * from groundkit.replay_run(%(run_id)s, %(reader)s)", params)
-    return Replay(run=_header(header[0]), hits=tuple(ReplayHit.model_validate(r) for r in rows))
+    header = yield from rows("select * from groundkit.run_header(%(run_id)s, %(reader)s)", params)
+    found = yield from rows("select * from groundkit.replay_run(%(run_id)s, %(reader)s)", params)
+    return Replay(run=_header(header[0]), hits=tuple(ReplayHit.model_validate(r) for r in found))
 
 
 _HEADER_FIELDS = frozenset(RunHeader.model_fields)
@@ -393,27 +549,36 @@ def _header(row: dict[str, Any]) -> RunHeader:
 def list_runs(session: Session, *, flow: str | None = None, reader: str | None = None,
               since: datetime | None = None, limit: int = 1000) -> list[RunSummary]:
     """Runs, newest first (``groundkit.list_runs``: the auditor's and the owner's)."""
+    return session._run(list_runs_steps(flow=flow, reader=reader, since=since, limit=limit))
+
+
+def list_runs_steps(*, flow: str | None = None, reader: str | None = None, since: datetime | None = None,
+                    limit: int = 1000) -> Op[list[RunSummary]]:
     no_nul(flow=flow, reader=reader)
-    rows = session._fetch(
-        "select * from groundkit.list_runs(%(flow)s, %(reader)s, %(since)s, %(limit)s)",
-        {"flow": flow, "reader": reader, "since": since, "limit": _count("limit", limit)},
-    )
+    found = yield from rows("select * from groundkit.list_runs(%(flow)s, %(reader)s, %(since)s, %(limit)s)",
+                            {"flow": flow, "reader": reader, "since": since, "limit": _count("limit", limit)})
     return [RunSummary.model_validate({**r, "run_id": str(r["run_id"]),
-                                       "cost": None if r["cost"] is None else float(r["cost"])}) for r in rows]
+                                       "cost": None if r["cost"] is None else float(r["cost"])}) for r in found]
 
 
 def diff_runs(session: Session, run_a: uuid.UUID | str, run_b: uuid.UUID | str,
               reader: str | None = None) -> list[RunDiffRow]:
     """Hits that entered, left or moved from ``run_a`` to ``run_b``, search by search."""
-    rows = session._fetch(
-        "select * from groundkit.diff_runs(%(a)s, %(b)s, %(reader)s)",
-        {"a": parse_run_id(run_a), "b": parse_run_id(run_b), "reader": reader},
-    )
-    return [RunDiffRow.model_validate(r) for r in rows]
+    return session._run(diff_runs_steps(run_a, run_b, reader))
+
+
+def diff_runs_steps(run_a: uuid.UUID | str, run_b: uuid.UUID | str, reader: str | None = None) -> Op[list[RunDiffRow]]:
+    found = yield from rows("select * from groundkit.diff_runs(%(a)s, %(b)s, %(reader)s)",
+                            {"a": parse_run_id(run_a), "b": parse_run_id(run_b), "reader": reader})
+    return [RunDiffRow.model_validate(r) for r in found]
 
 
 def prune_runs(session: Session, before: datetime) -> int:
     """Delete runs recorded before ``before`` (the owner's alone); leaves a tombstone row."""
+    return session._run(prune_runs_steps(before))
+
+
+def prune_runs_steps(before: datetime) -> Op[int]:
     if not isinstance(before, datetime):
         raise InvalidArgument("before must be a datetime")
-    return int(session._scalar("select groundkit.prune_runs(%(before)s)", {"before": before}))
+    return int((yield from scalar("select groundkit.prune_runs(%(before)s)", {"before": before})))

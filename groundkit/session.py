@@ -1,8 +1,11 @@
 """The plumbing every groundkit call shares: one psycopg connection, database errors mapped to
-:class:`~groundkit.errors.GroundkitError`, argument checks, and the progress of long calls."""
+:class:`~groundkit.errors.GroundkitError`, argument checks, the progress of long calls, and the
+two drivers of groundkit's operations (:mod:`groundkit.steps`): :class:`Session` on a
+``psycopg.Connection``, :class:`AsyncSession` on a ``psycopg.AsyncConnection``."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,16 +16,42 @@ from psycopg import sql
 from pydantic import BaseModel, ValidationError
 
 from groundkit.errors import GroundkitError, InvalidArgument, UnknownContentType, from_psycopg
+from groundkit.steps import Op, Query, Step, Transmit, drive
 
 Connection = psycopg.Connection[dict[str, Any]]
+AsyncConnection = psycopg.AsyncConnection[dict[str, Any]]
 Progress = Callable[[int, int], None]
 
 _M = TypeVar("_M", bound=BaseModel)
+_T = TypeVar("_T")
 
 # 'groundkit.<function>: <done> of <total> <things>', each admin call's own (a rebuild's sketching
 # reports its lists too, and those are not the rebuild's progress)
 _PROGRESS = re.compile(
     r"groundkit\.(rebuild|set_tier_rank|analyze_postings): (\d+) of (\d+) (?:objects|spaces|lists|terms)")
+
+
+#: the start of the NOTICE search raises when it kept a long query's most informative terms
+#: (groundkit._search_terms, sql/060_search.sql; docs/bm25/analysis.md, "Long questions")
+QUERY_NOTICE = "groundkit: the query has "
+
+
+@contextmanager
+def query_notices(conn: Connection | AsyncConnection) -> Iterator[list[str]]:
+    """What search says, while the block runs, about how it read a query (its NOTICEs that start
+    with :data:`QUERY_NOTICE`), in a list filled as they come; for either driver's connection."""
+    notices: list[str] = []
+
+    def on_notice(diag: psycopg.errors.Diagnostic) -> None:
+        message = diag.message_primary or ""
+        if message.startswith(QUERY_NOTICE):
+            notices.append(message)
+
+    conn.add_notice_handler(on_notice)
+    try:
+        yield notices
+    finally:
+        conn.remove_notice_handler(on_notice)
 
 
 def validated(model: type[_M], data: dict[str, Any]) -> _M:
@@ -75,6 +104,18 @@ class Session:
         except psycopg.Error as exc:
             raise from_psycopg(exc) from exc
 
+    def _run(self, op: Op[_T]) -> _T:
+        """Run one of groundkit's operations (:mod:`groundkit.steps`) on this connection."""
+        return drive(op, self._step)
+
+    def _step(self, step: Step) -> Any:
+        if isinstance(step, Transmit):
+            return step.call()
+        if not step.savepoint:
+            return self._fetch(step.statement, dict(step.params))
+        with self._errors(), self.conn.transaction():
+            return self._fetch(step.statement, dict(step.params))
+
     def _fetch(self, query: str | sql.Composable, params: dict[str, Any]) -> list[dict[str, Any]]:
         with self._errors(), self.conn.cursor() as cur:
             cur.execute(query, params)  # type: ignore[arg-type]
@@ -107,3 +148,58 @@ class Session:
                 return n
         finally:
             self.conn.remove_notice_handler(on_notice)
+
+
+class AsyncSession:
+    """The async driver: one ``psycopg.AsyncConnection`` (dict rows), errors mapped as
+    :class:`Session` maps them. Statements are awaited on the event loop; a provider call (an
+    embedding, a completion: blocking by nature) runs in a worker thread with the caller's
+    context."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    def _outside_transaction(self) -> bool:
+        return self.conn.autocommit and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    async def _run(self, op: Op[_T]) -> _T:
+        """Run one of groundkit's operations (:mod:`groundkit.steps`) on this connection: the
+        async twin of :func:`groundkit.steps.drive`."""
+        try:
+            step = next(op)
+            while True:
+                try:
+                    result = await self._step(step)
+                except GroundkitError as exc:
+                    step = op.throw(exc)
+                else:
+                    step = op.send(result)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        finally:
+            op.close()
+
+    async def _step(self, step: Step) -> Any:
+        if isinstance(step, Transmit):
+            return await asyncio.to_thread(step.call)  # (which copies the context)
+        try:
+            if not step.savepoint:
+                return await self._execute(step)
+            async with self.conn.transaction():
+                return await self._execute(step)
+        except GroundkitError:
+            raise
+        except psycopg.Error as exc:
+            raise from_psycopg(exc) from exc
+
+    async def _execute(self, step: Query) -> list[dict[str, Any]]:
+        async with self.conn.cursor() as cur:
+            await cur.execute(step.statement, dict(step.params))  # type: ignore[arg-type]
+            return await cur.fetchall() if cur.description else []
+
+    async def _fetch(self, query: str | sql.Composable, params: dict[str, Any]) -> list[dict[str, Any]]:
+        return await self._step(Query(query, params))  # type: ignore[no-any-return]
+
+    async def _scalar(self, query: str | sql.Composable, params: dict[str, Any]) -> Any:
+        rows = await self._fetch(query, params)
+        return next(iter(rows[0].values()))

@@ -56,6 +56,11 @@ def run_migrations_online() -> None:
     )
     # The raw psycopg connection, so that SQL text is sent as is (no parameter parsing).
     raw = connection.connection.driver_connection
+    # the server's warnings (an extension it lacks), for migrate to report
+    warnings = config.attributes.get("warnings")
+    if warnings is not None:
+        raw.add_notice_handler(
+            lambda d: warnings.append(d.message_primary) if d.severity_nonlocalized == "WARNING" else None)
     with context.begin_transaction():
         raw.execute(LOCK_SQL)
         raw.execute(SCHEMA_SQL)

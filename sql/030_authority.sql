@@ -148,6 +148,13 @@ begin
     update groundkit.chunks c set stat_scope = x.new_scope
       from unnest(ids, new_scopes) x(chunk_id, new_scope)
      where c.chunk_id = x.chunk_id;
+    -- Their entries in the dense index move to the same bucket (docs/dense.md, "Buckets"): after
+    -- the chunks' rows, whose locks an embedding store filing them holds until it commits.
+    -- Pending, so that this statement makes no HNSW inserts (a space of 30,000 chunks made
+    -- public took 165 s with them, under load): the worker merges them (dense_merge_pending).
+    update groundkit.dense_entries e set vis_key = x.new_key, pending = true
+      from unnest(ids, new_keys) x(chunk_id, new_key)
+     where e.chunk_id = x.chunk_id and e.vis_key <> x.new_key;
     return cardinality(ids);
 end
 $$;

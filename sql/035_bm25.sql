@@ -107,7 +107,15 @@ language sql immutable parallel safe as $$ select 10000::double precision $$;
 create or replace function groundkit._short_min() returns double precision
 language sql immutable parallel safe as $$ select 50000::double precision $$;
 
--- The most distinct terms a query may have (GK005 past it): a query's cost grows with its
--- terms (300 took 1.2-2.0 s on 8,000 objects), and 64 is more than any typed query holds.
+-- The most distinct terms a query keeps in each language it is analyzed in: past it, those of
+-- the highest IDF by the reader's statistics (groundkit._search_terms; docs/bm25/analysis.md,
+-- "Long questions"). A query's cost grows with its terms (300 took 1.2-2.0 s on 8,000 objects
+-- when all were scored), and 64 is more than any typed query holds.
 create or replace function groundkit._max_terms() returns integer
 language sql immutable parallel safe as $$ select 64 $$;
+
+-- The longest query, in characters (GK005 past it): a pasted page or two. Its analysis and the
+-- document frequencies of its terms are what a long query costs before the bound above
+-- (docs/performance.md, "Long queries").
+create or replace function groundkit._max_query_chars() returns integer
+language sql immutable parallel safe as $$ select 32768 $$;

@@ -87,15 +87,43 @@ begin
 end
 $$;
 
--- The text a chunk is indexed by: its object's title, its search prefix (a thread header, the
--- headings above it) and its content. One expression, inlined where it is called (no SET
--- clause; as for _impact, PUBLIC may not execute it: sql/090_roles.sql).
-create or replace function groundkit._chunk_tsv(title text, search_prefix text, content text)
+-- A language's marker term as a tsvector of one lexeme without a position ('french|').
+create or replace function groundkit._language_marker(language text)
 returns tsvector
 language sql immutable parallel safe
 as $$
-    select to_tsvector('groundkit.english'::regconfig,
-                       coalesce(title, '') || E'\n' || coalesce(search_prefix || E'\n', '') || content)
+    select pg_catalog.array_to_tsvector(array[language || '|'])
+$$;
+
+-- The text a chunk is indexed by: its object's title, its search prefix (a thread header, the
+-- headings above it) and its content, analyzed in the chunk's language (null: English) by
+-- groundkit._analyze (sql/034_analysis.sql, the same analysis as a query's). A chunk in another
+-- language also carries that language's marker term ('french|', no position): its document
+-- frequency, scoped like every term's, is how many chunks of the language a reader may see, the
+-- N of that language's IDF (docs/bm25/analysis.md, "Languages"). One expression, inlined where it
+-- is called (no SET clause; as for _impact, PUBLIC may not execute it: sql/090_roles.sql).
+create or replace function groundkit._chunk_tsv(title text, search_prefix text, content text, language text)
+returns tsvector
+language sql stable parallel safe
+as $$
+    select groundkit._analyze(language,
+                              coalesce(title, '') || E'\n' || coalesce(search_prefix || E'\n', '') || content)
+           || case when language is null then ''::tsvector else groundkit._language_marker(language) end
+$$;
+
+-- The language an object's chunks are analyzed in (null: English): its metadata's "language" if
+-- groundkit has a configuration of that name (put_object refuses any other, GK026; one written
+-- before names were checked falls back), else its space's.
+create or replace function groundkit._object_language(metadata jsonb, space_language text)
+returns text
+language sql stable parallel safe
+as $$
+    select case when metadata ? 'language'
+                     and exists (select 1 from pg_catalog.pg_ts_config c
+                                  where c.cfgnamespace = 'groundkit'::pg_catalog.regnamespace
+                                    and c.cfgname = metadata ->> 'language')
+                then nullif(metadata ->> 'language', 'english')
+                else space_language end
 $$;
 
 -- The text an embedding model embeds of a chunk, by the model's recipe (docs/dense.md): 'text',
@@ -133,6 +161,19 @@ as $$
     select case when owner_only then hashtextextended('o:' || owner_sub, 0)
                 when private then hashtextextended('s:' || space_id, 0)
                 else scope_rank::bigint end
+$$;
+
+-- A chunk's bucket (dense_entries.vis_key, docs/dense.md "Buckets") from its own row: its scope
+-- is NULL exactly for private spaces and owner-only objects, and the object's owner and space are
+-- fixed for the chunk's lifetime (a new version writes new chunks). So a chunk row locked FOR
+-- SHARE gives its bucket, whatever a concurrent put_space did to the space row.
+create or replace function groundkit._chunk_vis_key(owner_only boolean, owner_sub text, space_id text,
+                                                    stat_scope integer)
+returns bigint
+language sql immutable parallel safe
+set search_path = pg_catalog, pg_temp
+as $$
+    select groundkit._vis_key(coalesce(owner_only, false), owner_sub, stat_scope is null, space_id, stat_scope)
 $$;
 
 -- A posting's stored impact (postings.imp, docs/bm25.md "Postings"): the BM25 term-frequency
@@ -189,6 +230,7 @@ declare
     pend boolean;
     lo_id bigint;
     hi_id bigint;
+    old_chunk_ids bigint[] := '{}';
 begin
     select * into cfg from groundkit.config;
     pend := p_pending and not p_rebuilding and cfg.pending_merge_chunks > 0;
@@ -236,7 +278,12 @@ begin
         delete from groundkit.postings p
          using groundkit.chunks c, unnest(c.tsv) u
          where c.object_id = any (p_ids) and p.term = u.lexeme and p.chunk_id = c.chunk_id;
-        delete from groundkit.chunks c where c.object_id = any (p_ids);
+        -- The chunks first (their row locks: an embedding store filing one of them finishes
+        -- first, sql/086_dense.sql), then their entries in the dense index, which this
+        -- statement's snapshot now shows whoever filed them.
+        with d as (delete from groundkit.chunks c where c.object_id = any (p_ids) returning c.chunk_id)
+        select coalesce(array_agg(d.chunk_id), '{}') into old_chunk_ids from d;
+        delete from groundkit.dense_entries e where e.chunk_id = any (old_chunk_ids);
     end if;
 
     -- The postings' lock before the impact parameters are read: reindex_impacts() (SHARE) waits
@@ -287,7 +334,9 @@ begin
                case when s.private or coalesce(e.owner_only, false) then null
                     else greatest(ot.rank, st.rank) end as scope,
                groundkit._vis_key(coalesce(e.owner_only, false), e.owner_sub, s.private,
-                                  e.space_id, greatest(ot.rank, st.rank)) as vis_key
+                                  e.space_id, greatest(ot.rank, st.rank)) as vis_key,
+               groundkit._object_language(e.metadata, s.language) as language,
+               s.language as space_language
           from unnest(evs) as e
           join groundkit.spaces s on s.space_id = e.space_id
           join groundkit.tiers st on st.name = s.min_tier
@@ -298,15 +347,17 @@ begin
         insert into groundkit.chunks (object_id, object_version, chunk_seq, content, tsv, doc_len,
                                       stat_scope, start_ms, end_ms, chunker_version, chunker,
                                       chunk_chars, chunk_overlap, char_start, char_end, heading_path,
-                                      search_prefix, embed_hash_text, embed_hash_titled)
+                                      search_prefix, embed_hash_text, embed_hash_titled, language)
         select ev.object_id, ev.version, ch.chunk_seq, ch.content, v.tsv,
+               -- (the language's marker term is not a token of the text)
                (select coalesce(sum(coalesce(array_length(u.positions, 1), 1)), 0)
-                  from unnest(v.tsv) u)::integer,
+                  from unnest(v.tsv) u)::integer - (ev.language is not null)::integer,
                ev.scope, ch.start_ms, ch.end_ms, ch.chunker_version, ch.chunker,
                sz.chars, sz.overlap, ch.char_start, ch.char_end, ch.heading_path, ch.search_prefix,
                -- the chunk's keys into groundkit.embeddings, one per recipe (docs/dense.md)
                groundkit._embed_hash(groundkit._embed_text('text', ev.title, ch.search_prefix, ch.content)),
-               groundkit._embed_hash(groundkit._embed_text('titled', ev.title, ch.search_prefix, ch.content))
+               groundkit._embed_hash(groundkit._embed_text('titled', ev.title, ch.search_prefix, ch.content)),
+               ev.language
           from ev
          -- the content type's sizes, as groundkit.chunk_sizes() reads them
          cross join lateral (
@@ -316,9 +367,19 @@ begin
          cross join lateral groundkit._chunks_of(ev.content_type, ev.title, ev.body, ev.segments, ev.metadata,
                                                  sz.chars, sz.overlap) ch
          cross join lateral (
-               select groundkit._chunk_tsv(ev.title, ch.search_prefix, ch.content) as tsv
+               select groundkit._chunk_tsv(ev.title, ch.search_prefix, ch.content, ev.language) as tsv
                offset 0) v
         returning chunk_id, object_id, tsv, doc_len
+    ),
+    -- The languages a space's objects name besides the space's own: a query searching the space
+    -- is analyzed in each (docs/bm25/analysis.md, "Languages"). Never a row where no object
+    -- names a language.
+    languages as (
+        insert into groundkit.space_languages (space_id, language)
+        select distinct ev.space_id, coalesce(ev.language, 'english')
+          from ev
+         where ev.language is distinct from ev.space_language
+        on conflict do nothing
     ),
     pending as (
         insert into groundkit.pending_postings (term, chunk_id, tf, doc_len, vis_key, stat_scope)
@@ -344,6 +405,25 @@ begin
 
     if p_rebuilding then
         return;
+    end if;
+
+    -- The new chunks' entries in the dense index, for every model that has embedded their text
+    -- already (a re-tier, a move, an unchanged new version; docs/dense.md "Buckets"). Pending:
+    -- the worker puts them in their bucket's HNSW index (dense_merge_pending), so that no write
+    -- pays for HNSW inserts; searches read them meanwhile. A text being stored right now is
+    -- filed by the store, or checked again after this transaction (groundkit._dense_recheck).
+    if exists (select 1 from groundkit.embedding_models) then
+        insert into groundkit.dense_entries (chunk_id, model, vis_key, content_hash, embedding, pending)
+        select c.chunk_id, m.name, groundkit._chunk_vis_key(o.owner_only, o.owner_sub, o.space_id, c.stat_scope),
+               e.content_hash, e.embedding, true
+          from groundkit.chunks c
+          join groundkit.objects o on o.object_id = c.object_id
+         cross join groundkit.embedding_models m
+          join groundkit.embeddings e
+            on e.model = m.name
+           and e.content_hash = case m.recipe when 'text' then c.embed_hash_text else c.embed_hash_titled end
+         where c.object_id = any (p_ids)
+        on conflict (chunk_id, model) do nothing;
     end if;
 
     -- The net change to the statistics, as one statement ordered by key: two writers lock

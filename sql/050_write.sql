@@ -95,6 +95,14 @@ begin
     if jsonb_typeof(_check_put.metadata) <> 'object' then
         raise exception 'metadata must be a JSON object' using errcode = 'GK005';
     end if;
+    -- the object's language, overriding its space's (docs/bm25/analysis.md, "Languages")
+    if _check_put.metadata ? 'language' then
+        if jsonb_typeof(_check_put.metadata -> 'language') <> 'string' then
+            raise exception 'unknown language % in metadata.language', _check_put.metadata -> 'language'
+                using errcode = 'GK026';
+        end if;
+        perform groundkit._check_language(_check_put.metadata ->> 'language');
+    end if;
     if _check_put.content_type = 'transcript' then
         if _check_put.segments is not null then
             perform groundkit._check_segments(_check_put.segments);

@@ -20,7 +20,7 @@
 create or replace function groundkit._search_scan(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_rank integer, p_member text,
-    p_content_types text[], p_space_ids text[], p_k integer)
+    p_content_types text[], p_space_ids text[], p_k integer, p_filter tsquery default null)
 returns table (chunk_id bigint, score double precision, object_id text, chunk_seq integer)
 language sql stable
 rows 10
@@ -39,7 +39,7 @@ as $$
         select s.score
           from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
          where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
-                                                              p_content_types, p_space_ids))
+                                                              p_content_types, p_space_ids, p_filter))
          limit p_k
     ),
     theta as (
@@ -53,7 +53,7 @@ as $$
       from (select s.chunk_id, s.score, v.object_id, v.chunk_seq
               from scored s
              cross join theta
-             cross join lateral groundkit._visible_chunk(s.chunk_id, p_rank, p_member, p_content_types, p_space_ids) v
+             cross join lateral groundkit._visible_chunk(s.chunk_id, p_rank, p_member, p_content_types, p_space_ids, p_filter) v
              where s.score >= theta.t
             offset 0) z
      order by z.score desc, z.object_id, z.chunk_seq

@@ -25,7 +25,8 @@
 create or replace function groundkit._search_rounds(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_k1 double precision,
     p_b double precision, p_avgdl double precision, p_rho double precision, p_rank integer,
-    p_member text, p_content_types text[], p_space_ids text[], p_k integer, p_start_depth integer)
+    p_member text, p_content_types text[], p_space_ids text[], p_k integer, p_start_depth integer,
+    p_filter tsquery default null)
 returns table (chunk_id bigint, score double precision, object_id text, chunk_seq integer)
 language plpgsql stable
 rows 10
@@ -159,7 +160,7 @@ begin
                      where exists (
                            select 1 from groundkit._visible_chunk(s.id, p_rank, p_member,
                                                                   p_content_types,
-                                                                  p_space_ids))
+                                                                  p_space_ids, p_filter))
                      limit p_k - n_vis) z;
             n_vis := n_vis + cnt;
             theta_lb := least(theta_lb, mn);
@@ -219,7 +220,7 @@ begin
                  where exists (
                        select 1 from groundkit._visible_chunk(u.id, p_rank, p_member,
                                                               p_content_types,
-                                                              p_space_ids))
+                                                              p_space_ids, p_filter))
                  limit p_k) z;
         if n_vis < p_k then
             theta_lb := '-infinity';
@@ -233,7 +234,7 @@ begin
                   from unnest(a_ids, a_scores) as u(id, score)
                  cross join lateral groundkit._visible_chunk(u.id, p_rank, p_member,
                                                              p_content_types,
-                                                             p_space_ids) v
+                                                             p_space_ids, p_filter) v
                  where u.score >= theta_lb
                  order by u.score desc, v.object_id, v.chunk_seq
                  limit p_k) z;

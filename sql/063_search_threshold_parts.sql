@@ -195,7 +195,8 @@ $$;
 create or replace function groundkit._top_lb(
     p_terms text[], p_ws double precision[], p_buckets bigint[], p_depth integer, p_cands integer,
     p_k1 double precision, p_b double precision, p_avgdl double precision,
-    p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer)
+    p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer,
+    p_filter tsquery default null)
 returns table (lb double precision)
 language sql stable
 as $$
@@ -232,7 +233,7 @@ as $$
       from (select s.score
               from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
              where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
-                                                                  p_content_types, p_space_ids))
+                                                                  p_content_types, p_space_ids, p_filter))
              limit p_k) z
 $$;
 
@@ -252,7 +253,7 @@ create or replace function groundkit._short_lb(
     p_buckets bigint[], p_cands integer,
     p_k1 double precision, p_b double precision, p_avgdl double precision,
     p_rank integer, p_member text, p_content_types text[], p_space_ids text[], p_k integer,
-    p_x_lb double precision)
+    p_x_lb double precision, p_filter tsquery default null)
 returns double precision
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -299,7 +300,7 @@ begin
       from (select s.score
               from (select sc.chunk_id, sc.score from scored sc order by sc.score desc offset 0) s
              where exists (select 1 from groundkit._visible_chunk(s.chunk_id, p_rank, p_member,
-                                                                  p_content_types, p_space_ids))
+                                                                  p_content_types, p_space_ids, p_filter))
              limit p_k) z;
     if groundkit._debug_allowed() then
         raise debug 'groundkit pruned: threshold x_lb % from the short list of % (by the bits of %), % from the lists'' tops',

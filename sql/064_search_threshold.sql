@@ -679,7 +679,7 @@ create or replace function groundkit._search_threshold(
     p_reader_sub text, terms text[], ws double precision[], dfs double precision[], buckets bigint[],
     v_k1 double precision, v_b double precision, v_avgdl double precision, v_n double precision,
     rho double precision, v_rank integer, v_member text, p_content_types text[], p_space_ids text[],
-    p_k integer, p_start_depth integer, p_force text)
+    p_k integer, p_start_depth integer, p_force text, p_filter tsquery default null)
 returns table (chunk_id bigint, score double precision, object_id text, chunk_seq integer)
 language plpgsql stable
 rows 10
@@ -782,7 +782,7 @@ begin
                                                case when x_pending then 0 else x_cands end,
                                                v_k1, v_b, v_avgdl, v_rank, v_member,
                                                p_content_types, p_space_ids,
-                                               p_k) t)
+                                               p_k, p_filter) t)
       into t_terms, t_ws, t_maxcs, t_dfs, t_bw, x_lb
       from mx;
     nt := cardinality(t_terms);
@@ -832,14 +832,14 @@ begin
             if x_pending then
                 select greatest(x_lb, t.lb) into x_lb
                   from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
-                                         p_content_types, p_space_ids, p_k) t;
+                                         p_content_types, p_space_ids, p_k, p_filter) t;
                 -- and from a short list, when the round the final one replaces would read 50,000
                 -- postings or more (below that, the 1-6 ms it costs was more than it saved:
                 -- docs/bm25.md, "x_lb from a short list")
                 if s_j is not null and n_left >= groundkit._short_min() then
                     x_lb := groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b,
                                                 v_avgdl, v_rank, v_member, p_content_types,
-                                                p_space_ids, p_k, x_lb);
+                                                p_space_ids, p_k, x_lb, p_filter);
                 end if;
                 x_pending := false;
                 if groundkit._debug_allowed() then
@@ -883,7 +883,7 @@ begin
                          order by 2 desc offset 0) s
                  where exists (select 1 from groundkit._visible_chunk(s.id, v_rank, v_member,
                                                                       p_content_types,
-                                                                      p_space_ids))
+                                                                      p_space_ids, p_filter))
                  limit p_k) z;
         -- Done when this round is complete at level theta: the probed terms' maxima sum
         -- below it, the filter kept everything reaching it, and no list read to a cut has a
@@ -905,7 +905,7 @@ begin
             return query
             select u.id, u.score, v.object_id, v.chunk_seq
               from (select unnest(c_ids) as id, unnest(c_known) as score) u
-             cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member, p_content_types, p_space_ids) v
+             cross join lateral groundkit._visible_chunk(u.id, v_rank, v_member, p_content_types, p_space_ids, p_filter) v
              where u.score >= theta
              order by u.score desc, v.object_id, v.chunk_seq
              limit p_k;
@@ -920,12 +920,12 @@ begin
         elsif x_pending then
             select greatest(x_lb, t.lb) into x_lb
               from groundkit._top_lb(t_terms, t_ws, buckets, x_depth, x_cands, v_k1, v_b, v_avgdl, v_rank, v_member,
-                                     p_content_types, p_space_ids, p_k) t;
+                                     p_content_types, p_space_ids, p_k, p_filter) t;
             -- and from a short list, when this round read 50,000 postings or more (as above)
             if s_j is not null and (select coalesce(sum(x.n), 0) from unnest(ns, probe) as x(n, pr) where not x.pr) >= groundkit._short_min() then
                 x_lb := groundkit._short_lb(t_terms, t_ws, t_maxcs, s_j, buckets, x_cands, v_k1, v_b,
                                             v_avgdl, v_rank, v_member, p_content_types,
-                                            p_space_ids, p_k, x_lb);
+                                            p_space_ids, p_k, x_lb, p_filter);
             end if;
             x_pending := false;
             if groundkit._debug_allowed() then
@@ -952,6 +952,6 @@ end;
         raise debug 'groundkit pruned: scan of % postings', (select sum(d) from unnest(dfs) as d);
     end if;
     return query select * from groundkit._search_scan(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
-                                                     p_content_types, p_space_ids, p_k);
+                                                     p_content_types, p_space_ids, p_k, p_filter);
 end
 $$;

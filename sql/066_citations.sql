@@ -2,8 +2,8 @@
 -- groundkit.search, and groundkit.fetch_citation, a cited chunk in its context. Replaceable.
 --
 -- The snippet is a short excerpt of the chunk around the query's best-matching terms.
--- ts_headline picks it: it parses the chunk with groundkit.english, the configuration the index
--- and groundkit.query_terms use, so a match is a token whose stem is a query term, as in ranking
+-- ts_headline picks it: it parses the chunk with its language's configuration, the one the index
+-- and the query's analysis use, so a match is a token whose stem is a query term, as in ranking
 -- ("running" matches the query "runs"; "rerun" does not). It does not escape HTML and drops
 -- anything its parser reads as a tag, so the text goes through it with its own markup
 -- neutralised: '<' and '>' travel as the control characters 3 and 4 (back after it), the matches
@@ -13,16 +13,23 @@
 -- chunk's tsvector positions would need the text's tokens with their character offsets, which
 -- only ts_parse gives, and a lexize call per token from SQL, where ts_headline does both in C.)
 
--- The query's terms as one tsquery of lexemes ORed together (each term quoted, so that no
--- character of it is tsquery syntax); null when the query has no term.
-create or replace function groundkit._query_tsquery(query text)
+-- The query's terms in a language (null: English) as one tsquery of lexemes ORed together,
+-- without the language's prefix (each term quoted, so that no character of it is tsquery
+-- syntax); null when the query has no term. The snippet's: ts_headline reads the chunk with the
+-- language's configuration, whose lexemes carry no prefix.
+create or replace function groundkit._query_tsquery(query text, language text default null)
 returns tsquery
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    select nullif(string_agg('''' || replace(replace(q.term, '\', '\\'), '''', '''''') || '''', ' | '
+    select nullif(string_agg('''' || replace(replace(
+                                 case when language is null then q.term
+                                      else substr(q.term, length(language) + 2) end,
+                                 '\', '\\'), '''', '''''') || '''', ' | '
                              order by q.term), '')::tsquery
-      from groundkit.query_terms(query) q
+      -- (the query's words as a column: groundkit._analyze is inlined only with cheap arguments)
+      from (select groundkit._query_text(query) as t offset 0) x
+     cross join lateral unnest(groundkit._analyze(language, x.t)) as q(term)
 $$;
 
 -- Text made safe to put in HTML: & < > " ' as entities.
@@ -34,7 +41,8 @@ as $$
                t, '&', '&amp;'), '<', '&lt;'), '>', '&gt;'), '"', '&quot;'), '''', '&#39;')
 $$;
 
--- The snippet of one chunk for the tsquery q (groundkit._query_tsquery): up to two fragments of
+-- The snippet of one chunk in a language (null: English) for the tsquery q (groundkit._query_tsquery
+-- in that language): up to two fragments of
 -- 12-18 words around the matches, joined by ' … ', on one line (line breaks and tabs become
 -- spaces, which the parser reads alike: a regexp collapsing runs of spaces cost a third of the
 -- snippet), HTML-escaped, matches between mark_start and mark_end. Without a match, the chunk's
@@ -43,13 +51,14 @@ $$;
 -- Without `set search_path`, so that it is inlined into groundkit.search's statement (a call
 -- with a SET clause costs tens of µs a row): every name below is schema-qualified, its callers
 -- pin search_path, and PUBLIC may not execute it (sql/090_roles.sql).
-create or replace function groundkit._snippet(content text, q tsquery, mark_start text, mark_end text)
+create or replace function groundkit._snippet(content text, q tsquery, mark_start text, mark_end text,
+                                              language text default null)
 returns text
 language sql stable
 as $$
     select pg_catalog.replace(pg_catalog.replace(
                groundkit._html_escape(pg_catalog.translate(pg_catalog.btrim(
-                   pg_catalog.ts_headline('groundkit.english'::pg_catalog.regconfig,
+                   pg_catalog.ts_headline(groundkit._language_config(language),
                                           pg_catalog.translate(content, E'\x01\x02\x03\x04<>\n\r\t',
                                                                E'    \x03\x04   '),
                                           q,

@@ -46,6 +46,8 @@ declare
     buckets bigint[];
     rho double precision;
     v_strategy text;
+    st record;
+    v_filter tsquery;
     -- the pending part's top k (null when it holds none of the terms), in the final order
     pend_ids bigint[];
     pend_scores double precision[];
@@ -79,37 +81,19 @@ begin
         return;
     end if;
 
-    -- The reader's buckets: the lists search reads (docs/bm25/design.md). Shared content of
-    -- ranks up to the reader's; the private spaces granted to the reader whose policy lets the
-    -- reader's tier in (a member moved to a lower tier keeps their grants, and the lists of a
-    -- space they may no longer see were read, and timed, as theirs); the reader's own notes.
-    buckets := array(
-        select t.rank::bigint from groundkit.tiers t where t.rank <= v_rank
-        union
-        select groundkit._vis_key(false, null, true, g.space_id, null)
-          from groundkit.space_grants g join groundkit.spaces s on s.space_id = g.space_id
-          join groundkit.tiers st on st.name = s.min_tier
-         where g.member_sub = v_member and s.private and st.rank <= v_rank
-        union
-        select groundkit._vis_key(true, v_member, false, null, null));
+    -- The reader's buckets: the lists search reads (groundkit._reader_buckets).
+    buckets := groundkit._reader_buckets(v_rank, v_member);
     select coalesce(sum(s.n_chunks), 0), coalesce(sum(s.total_len), 0) into v_n, v_total
       from groundkit.scope_stats s where s.scope <= v_rank;
     v_avgdl := case when v_n > 0 and v_total > 0 then v_total / v_n else 1 end;
-    select array_agg(q.term order by q.term),
-           array_agg(q.qtf * groundkit._idf(v_n, q.df) order by q.term),
-           array_agg(q.df order by q.term),
-           bool_or(q.pend)
-      into terms, ws, dfs, has_pend
-      from (with qt as materialized (select * from groundkit.query_terms(_search_pruned.query))
-            select q.term, q.qtf,
-                   (coalesce((select sum(ts.df) from groundkit.term_stats ts
-                               where ts.term = q.term and ts.scope <= v_rank), 0)
-                    -- the pending part's chunks, which term_stats counts once they are merged
-                    + pd.df)::double precision as df,
-                   pd.present as pend
-              from qt q
-              join groundkit._pending_dfs((select array_agg(x.term) from qt x), v_rank, buckets) pd
-                on pd.term = q.term) q;
+    -- The query's terms, weights and document frequencies for this reader, and its filter
+    -- (phrases, exclusions): groundkit._search_terms, docs/bm25/analysis.md.
+    st := groundkit._search_terms(_search_pruned.query, v_rank, v_member, _search_pruned.space_ids, buckets, v_n);
+    terms := st.terms;
+    ws := st.ws;
+    dfs := st.dfs;
+    has_pend := st.pend;
+    v_filter := st.filter;
     if terms is null then
         return;
     end if;
@@ -131,7 +115,7 @@ begin
           into pend_ids, pend_scores, pend_obj, pend_seq
           from groundkit._pending_top(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
                                       _search_pruned.content_types, _search_pruned.space_ids,
-                                      _search_pruned.k) z;
+                                      _search_pruned.k, v_filter) z;
         if groundkit._debug_allowed() then
             raise debug 'groundkit pruned: % pending chunks in the top k of the pending part', cardinality(pend_ids);
         end if;
@@ -162,7 +146,7 @@ begin
           into r_ids, r_scores, r_obj, r_seq
           from groundkit._search_scan(terms, ws, buckets, v_k1, v_b, v_avgdl, v_rank, v_member,
                                       _search_pruned.content_types, _search_pruned.space_ids,
-                                      _search_pruned.k) s;
+                                      _search_pruned.k, v_filter) s;
     elsif v_strategy = 'rounds' then
         select array_agg(s.chunk_id order by s.score desc, s.object_id, s.chunk_seq),
                array_agg(s.score order by s.score desc, s.object_id, s.chunk_seq),
@@ -171,7 +155,7 @@ begin
           into r_ids, r_scores, r_obj, r_seq
           from groundkit._search_rounds(terms, ws, buckets, v_k1, v_b, v_avgdl, rho, v_rank, v_member,
                                         _search_pruned.content_types, _search_pruned.space_ids,
-                                        _search_pruned.k, _search_pruned.start_depth) s;
+                                        _search_pruned.k, _search_pruned.start_depth, v_filter) s;
     else
         select array_agg(s.chunk_id order by s.score desc, s.object_id, s.chunk_seq),
                array_agg(s.score order by s.score desc, s.object_id, s.chunk_seq),
@@ -182,7 +166,7 @@ begin
                                            v_avgdl, v_n, rho, v_rank, v_member,
                                            _search_pruned.content_types, _search_pruned.space_ids,
                                            _search_pruned.k, _search_pruned.start_depth,
-                                           _search_pruned.strategy) s;
+                                           _search_pruned.strategy, v_filter) s;
     end if;
     if pend_ids is null then
         return query select u.id, u.score from unnest(r_ids, r_scores) as u(id, score);
@@ -244,7 +228,10 @@ begin
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
            t.thread_id, t.thread_title, c.chunker,
-           groundkit._snippet(c.content, q, search.snippet_start, search.snippet_end)
+           groundkit._snippet(c.content,
+                              case when c.language is null then q
+                                   else groundkit._query_tsquery(search.query, c.language) end,
+                              search.snippet_start, search.snippet_end, c.language)
       from groundkit._search_pruned(search.reader_sub, search.query, search.k,
                                     search.content_types, search.space_ids) r
       join groundkit.chunks c on c.chunk_id = r.chunk_id

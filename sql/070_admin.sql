@@ -37,7 +37,9 @@ as $$
                                      coalesce(md5(c.search_prefix), '-'),
                                      -- the keys into groundkit.embeddings (revision 0022)
                                      coalesce(encode(c.embed_hash_text, 'hex'), '-'),
-                                     coalesce(encode(c.embed_hash_titled, 'hex'), '-'))
+                                     coalesce(encode(c.embed_hash_titled, 'hex'), '-'),
+                                     -- its language (revision 0030)
+                                     coalesce(c.language, '-'))
                       from groundkit.chunks c
                     union all
                     select concat_ws('|', 'p', coalesce(c.object_id, '<orphan ' || p.chunk_id || '>'), c.chunk_seq,
@@ -52,6 +54,11 @@ as $$
                       from groundkit.pending_postings p
                       cross join groundkit.bm25_impact i
                       left join groundkit.chunks c on c.chunk_id = p.chunk_id
+                    union all
+                    -- the dense index's entries (revision 0028): a chunk's bucket, model and text
+                    select concat_ws('|', 'e', coalesce(c.object_id, '<orphan ' || e.chunk_id || '>'), c.chunk_seq,
+                                     e.model, e.vis_key, encode(e.content_hash, 'hex'))
+                      from groundkit.dense_entries e left join groundkit.chunks c on c.chunk_id = e.chunk_id
                     union all
                     select concat_ws('|', 't', t.term, t.scope, sum(t.df))
                       from (select t.term, t.scope, t.df from groundkit.term_stats t
@@ -79,6 +86,7 @@ declare
     idx record;
     constraints text[] := '{}';
     indexes text[] := '{}';
+    dense_indexes text[] := '{}';
     ddl text;
 begin
     -- objects first, as writers lock them: the truncate alone took postings and chunks first,
@@ -88,7 +96,17 @@ begin
     -- hold them and wait for the statistics this truncates (a deadlock); it finishes first
     lock table groundkit.postings_sketch in share row exclusive mode;
     truncate groundkit.postings, groundkit.pending_postings, groundkit.chunks, groundkit.objects,
-             groundkit.term_stats, groundkit.scope_stats;
+             groundkit.term_stats, groundkit.scope_stats, groundkit.space_languages, groundkit.dense_entries;
+    -- The dense index's HNSW indexes likewise (one build each instead of an insert per entry).
+    for idx in select c.relname, pg_get_indexdef(i.indexrelid) as def
+                 from pg_index i
+                 join pg_class c on c.oid = i.indexrelid
+                 join pg_am a on a.oid = c.relam
+                where i.indrelid = 'groundkit.dense_entries'::regclass and a.amname = 'hnsw'
+    loop
+        dense_indexes := dense_indexes || idx.def;
+        execute format('drop index groundkit.%I', idx.relname);
+    end loop;
     -- The postings' indexes are dropped and built again after the load (one sort each instead of
     -- a btree insert per posting: 1.5x at 1M chunks, docs/bm25.md), from their own catalog
     -- definitions, in this transaction.
@@ -126,6 +144,21 @@ begin
     foreach ddl in array constraints || indexes loop
         execute ddl;
     end loop;
+    raise debug 'groundkit.rebuild: dense index';
+    -- The current chunks' entries for every model that embedded their text (docs/dense.md,
+    -- "Buckets"), then its HNSW indexes.
+    insert into groundkit.dense_entries (chunk_id, model, vis_key, content_hash, embedding)
+    select c.chunk_id, m.name, groundkit._chunk_vis_key(o.owner_only, o.owner_sub, o.space_id, c.stat_scope),
+           e.content_hash, e.embedding
+      from groundkit.chunks c
+      join groundkit.objects o on o.object_id = c.object_id
+     cross join groundkit.embedding_models m
+      join groundkit.embeddings e
+        on e.model = m.name
+       and e.content_hash = case m.recipe when 'text' then c.embed_hash_text else c.embed_hash_titled end;
+    foreach ddl in array dense_indexes loop
+        execute ddl;
+    end loop;
     raise debug 'groundkit.rebuild: statistics';
     -- The statistics, counted once from the chunks: the same rows the writers' deltas sum to, in
     -- shard 0 (upserted batch by batch in this one transaction, each counter row grew a version
@@ -152,6 +185,9 @@ begin
        set avgdl_ref_min = null, reindex_term = null, reindex_chunk = null, reindex_done = false
      where i.avgdl_ref_min is not null;
     perform groundkit._analyze_term_bits((select c.sketch_min_postings from groundkit.config c), true);
+    -- Everything was analyzed as this groundkit and this server analyze now
+    -- (docs/bm25/analysis.md, "Versioned like a chunker").
+    perform groundkit._analysis_record();
     return n;
 end
 $$;

@@ -135,20 +135,21 @@ end
 $$;
 
 -- Which of a query's terms each current chunk of an object holds (groundkit explain --query):
--- the query analysed as search analyses it (groundkit.query_terms), against each chunk's indexed
--- terms; one row with a null chunk_seq when the object has no chunks. The owner's and the
--- auditor's, like explain_visibility: it reads content no reader check stands before.
+-- the query analysed as search analyses it for the chunk's language (groundkit._parse_query;
+-- English: groundkit.query_terms), against each chunk's indexed terms; one row with a null
+-- chunk_seq when the object has no chunks. The owner's and the auditor's, like
+-- explain_visibility: it reads content no reader check stands before.
 create or replace function groundkit.explain_match(object_id text, query text)
 returns table (chunk_seq integer, object_version bigint, terms text[], matched text[])
 language sql stable
 set search_path = pg_catalog, pg_temp
 as $$
-    with q as (select coalesce(array_agg(t.term order by t.term), '{}') as terms
-                 from groundkit.query_terms(explain_match.query) t)
     select c.chunk_seq, c.object_version, q.terms,
            case when c.chunk_id is null then '{}'::text[]
                 else array(select t from unnest(q.terms) t where t = any (tsvector_to_array(c.tsv)) order by t) end
-      from q
+      from (select) one
       left join groundkit.chunks c on c.object_id = explain_match.object_id
+     cross join lateral (select coalesce(p.terms, '{}') as terms
+                           from groundkit._parse_query(explain_match.query, array[coalesce(c.language, 'english')]) p) q
      order by c.chunk_seq
 $$;

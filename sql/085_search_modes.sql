@@ -1,5 +1,5 @@
 -- Search modes per content type: what a search in mode 'auto' runs, per content type searched
--- (config.search_modes, revision 0030; docs/dense.md, "Search modes per content type").
+-- (config.search_modes, revision 0031; docs/dense.md, "Search modes per content type").
 -- Replaceable: re-applied after every `groundkit migrate`.
 
 -- Set (or, with mode 'auto', clear) one content type's search mode and hybrid's settings; the

@@ -84,22 +84,35 @@ begin
 end
 $$;
 
--- The name of a model's HNSW index: derived from the name, so any name gives a valid identifier.
-create or replace function groundkit._hnsw_index_name(model text)
+-- What every index name of a model starts with (the bucket follows).
+create or replace function groundkit._hnsw_index_prefix(model text)
 returns text
 language sql immutable
 set search_path = pg_catalog, pg_temp
 as $$
-    select 'embeddings_hnsw_' || left(encode(sha256(convert_to(model, 'UTF8')), 'hex'), 16)
+    select 'dense_hnsw_' || left(encode(sha256(convert_to(model, 'UTF8')), 'hex'), 16) || '_'
 $$;
 
--- How many embeddings a model needs before its HNSW index is worth building (below it, the
--- exact scan answers about as fast: docs/dense.md, "Exact or index").
-create or replace function groundkit._hnsw_min_embeddings()
+-- The name of the HNSW index of a model's bucket (docs/dense.md, "Buckets"): derived from the
+-- model's name and the bucket, so any name gives a valid identifier (at most 48 characters).
+drop function if exists groundkit._hnsw_index_name(text);
+create or replace function groundkit._hnsw_index_name(model text, bucket bigint)
+returns text
+language sql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+    select groundkit._hnsw_index_prefix(model)
+           || case when bucket < 0 then 'm' || (-(bucket + 1))::text else bucket::text end
+$$;
+
+-- How many entries a bucket needs before its HNSW index is due. Below it, the bucket is scanned
+-- exactly: a distance per entry, about 3-6 us each at 384 dimensions (docs/dense.md, "Buckets").
+drop function if exists groundkit._hnsw_min_embeddings();
+create or replace function groundkit._hnsw_min_entries()
 returns bigint
 language sql immutable
 as $$
-    select 20000::bigint
+    select 1000::bigint
 $$;
 
 -- The options a model is configured with: a JSON object of the provider's settings (URL, the
@@ -183,11 +196,13 @@ begin
 end
 $$;
 
--- Every model, with its embedding count and whether its HNSW index is built and valid.
+-- Every model, with its embedding count and how many of its buckets' HNSW indexes are built
+-- (valid) and how many are due (hnsw_status).
+drop function if exists groundkit.list_embedding_models();
 create or replace function groundkit.list_embedding_models()
 returns table (name text, provider text, dimension integer, distance text, recipe text, options jsonb,
                active boolean, created_at timestamptz, activated_at timestamptz, embeddings bigint,
-               hnsw_index text, hnsw_valid boolean, hnsw_built_at timestamptz)
+               hnsw_indexes bigint, hnsw_due bigint, hnsw_built_at timestamptz)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -198,9 +213,8 @@ begin
     select m.name, m.provider, m.dimension, m.distance, m.recipe, m.options, m.active, m.created_at,
            m.activated_at,
            (select count(*) from groundkit.embeddings e where e.model = m.name),
-           groundkit._hnsw_index_name(m.name),
-           coalesce((select i.indisvalid from pg_catalog.pg_index i
-                      where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name))), false),
+           (select count(*) from groundkit.hnsw_status(m.name) h where h.index_valid),
+           (select count(*) from groundkit.hnsw_status(m.name) h where h.due),
            m.hnsw_built_at
       from groundkit.embedding_models m
      order by m.name;
@@ -380,6 +394,136 @@ begin
 end
 $$;
 
+-- The dense index's entries (revision 0028, docs/dense.md "Buckets"): one per current chunk and
+-- model whose text the model embedded, in the chunk's visibility bucket, as its postings are
+-- (groundkit._vis_key). Writers file the entries of the chunks they write whose text is already
+-- embedded (sql/040_materialize.sql) and move them with their chunks' scopes (_restat_space);
+-- the worker's store files those of the texts it stores (below). A chunk's bucket:
+-- groundkit._chunk_vis_key (sql/040_materialize.sql).
+
+-- File the entries of the current chunks whose text is one of `hashes`, for a model that has
+-- embedded them. Each chunk row is locked FOR SHARE first, so that a writer replacing it or
+-- moving it to another bucket (put_space) waits for this transaction and then sees its entry,
+-- or, if the writer came first, the chunk is skipped (SKIP LOCKED: the worker never waits for a
+-- writer). Returns false when it skipped a chunk: the caller checks those texts again later.
+create or replace function groundkit._dense_file(p_model text, p_hashes bytea[])
+returns boolean
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    col text := groundkit._recipe_column((select m.recipe from groundkit.embedding_models m where m.name = p_model));
+    seen bigint;
+    locked bigint;
+begin
+    execute format('select count(*) from groundkit.chunks c where c.%I = any ($1)', col) into seen using p_hashes;
+    execute format(
+        'with c as (select c.chunk_id, c.object_id, c.stat_scope, c.%1$I as h
+                      from groundkit.chunks c
+                     where c.%1$I = any ($2)
+                       for share of c skip locked),
+              ins as (insert into groundkit.dense_entries (chunk_id, model, vis_key, content_hash, embedding)
+                      select c.chunk_id, $1, groundkit._chunk_vis_key(o.owner_only, o.owner_sub, o.space_id, c.stat_scope),
+                             c.h, e.embedding
+                        from c
+                        join groundkit.objects o on o.object_id = c.object_id
+                        join groundkit.embeddings e on e.model = $1 and e.content_hash = c.h
+                       where not exists (select 1 from groundkit.dense_entries d
+                                          where d.chunk_id = c.chunk_id and d.model = $1)
+                      on conflict (chunk_id, model) do nothing)
+         select count(*) from c', col)
+       into locked using p_model, p_hashes;
+    return locked >= seen;
+end
+$$;
+
+-- The texts a store filed, checked again (dense_recheck, revision 0028). A writer that wrote a
+-- chunk of a text while the worker stored that text's embedding saw no embedding (not yet
+-- committed), and the store saw no chunk (not yet committed): neither filed it. So every stored
+-- text is queued; a later call stamps it with a fence (every transaction id below it had begun
+-- when the store had committed) and, once no transaction below the fence is running, files its
+-- chunks again and forgets it. Runs at the start of every embed_store and on every worker pass
+-- (dense_recheck). Returns how many texts it checked.
+create or replace function groundkit._dense_recheck(p_model text)
+returns bigint
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    due bytea[];
+    n bigint;
+begin
+    update groundkit.dense_recheck r set fence = pg_snapshot_xmax(pg_current_snapshot())
+     where (r.model, r.content_hash) in (select q.model, q.content_hash from groundkit.dense_recheck q
+                                          where q.model = p_model and q.fence is null
+                                            for update skip locked);
+    select coalesce(array_agg(q.content_hash), '{}') into due
+      from (select q.content_hash from groundkit.dense_recheck q
+             where q.model = p_model and q.fence <= pg_snapshot_xmin(pg_current_snapshot())
+             for update skip locked) q;
+    n := cardinality(due);
+    if n = 0 then
+        return 0;
+    end if;
+    if groundkit._dense_file(p_model, due) then
+        delete from groundkit.dense_recheck q where q.model = p_model and q.content_hash = any (due);
+    else
+        -- a writer holds one of their chunks: again, after it
+        update groundkit.dense_recheck q set fence = null where q.model = p_model and q.content_hash = any (due);
+    end if;
+    return n;
+end
+$$;
+
+-- The worker's pass: check again the texts stored since (groundkit.embedding.build_due_indexes
+-- calls it after embedding; embed_store calls it too). Returns how many it checked.
+create or replace function groundkit.dense_recheck(model text default null)
+returns bigint
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+begin
+    perform groundkit._require_pgvector();
+    return groundkit._dense_recheck((groundkit._dense_model(dense_recheck.model)).name);
+end
+$$;
+
+-- The worker's pass: put up to `batch` pending entries of a model (filed or moved by writers;
+-- of one bucket, if given) in their buckets' HNSW indexes (an entry leaves the pending part; the
+-- index whose predicate it now meets takes it). Rows a writer holds are skipped, never waited
+-- for. Returns how many. (groundkit.dense.merge_pending builds a bucket's index again instead,
+-- when much of it is pending.)
+drop function if exists groundkit.dense_merge_pending(text, integer);
+create or replace function groundkit.dense_merge_pending(model text default null, batch integer default 1000,
+                                                         bucket bigint default null)
+returns bigint
+language plpgsql volatile
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    m groundkit.embedding_models;
+    n bigint;
+begin
+    perform groundkit._require_pgvector();
+    m := groundkit._dense_model(dense_merge_pending.model);
+    if batch is null or batch < 1 or batch > 100000 then
+        raise exception 'batch must be between 1 and 100000 (got %)', coalesce(batch::text, 'NULL')
+            using errcode = 'GK005';
+    end if;
+    update groundkit.dense_entries e set pending = false
+     where (e.chunk_id, e.model) in (select p.chunk_id, p.model from groundkit.dense_entries p
+                                      where p.model = m.name and p.pending
+                                        and (dense_merge_pending.bucket is null
+                                             or p.vis_key = dense_merge_pending.bucket)
+                                      order by p.chunk_id
+                                      limit batch
+                                        for update skip locked)
+       and e.pending;
+    get diagnostics n = row_count;
+    return n;
+end
+$$;
+
 -- The worker's store: one embedding per hash (a 2-D real[], one row per hash, the model's
 -- dimension wide), inserted idempotently. Hashes no current chunk uses any more are skipped (a
 -- redaction since the claim: its text is not kept). Returns how many rows it inserted.
@@ -420,6 +564,7 @@ begin
     -- store waits for it here, and its next statement sees the redacted object's chunks gone
     -- (groundkit._forget_unused_embeddings).
     lock table groundkit.embeddings in row exclusive mode;
+    perform groundkit._dense_recheck(m.name);
     insert into groundkit.embeddings (model, content_hash, embedding)
     select m.name, x.h, x.v
       from (select u.h, array(select unnest(embed_store.embeddings[u.i:u.i][1:m.dimension])) as v
@@ -428,6 +573,12 @@ begin
         or (m.recipe = 'titled' and exists (select 1 from groundkit.chunks c where c.embed_hash_titled = x.h))
     on conflict on constraint embeddings_pkey do nothing;
     get diagnostics n = row_count;
+    -- the dense index's entries of these texts' chunks, now; and again once every writer that
+    -- may have written one meanwhile has finished (_dense_recheck)
+    perform groundkit._dense_file(m.name, hashes);
+    insert into groundkit.dense_recheck (model, content_hash)
+    select distinct m.name, h from unnest(hashes) h
+    on conflict on constraint dense_recheck_pkey do update set fence = null;
     return n;
 end
 $$;
@@ -466,33 +617,48 @@ begin
 end
 $$;
 
--- Whether a model's HNSW index is due: it has enough embeddings and no valid index yet
--- (groundkit.dense.build_hnsw_index builds it, concurrently, as the owner).
+-- A model's buckets (docs/dense.md, "Buckets"): each with its entries (and how many of them are
+-- pending: filed or moved by writers, not in the index yet), its HNSW index and whether that index
+-- is due (at least _hnsw_min_entries() entries and no valid index yet;
+-- groundkit.dense.build_hnsw_indexes builds them, concurrently, as the owner). A bucket with an
+-- index and no entries left is listed too.
+drop function if exists groundkit.hnsw_status(text);
 create or replace function groundkit.hnsw_status(model text default null)
-returns table (name text, dimension integer, distance text, embeddings bigint, threshold bigint,
-               index_name text, index_valid boolean, due boolean)
+returns table (name text, dimension integer, distance text, bucket bigint, entries bigint, pending bigint,
+               threshold bigint, index_name text, index_valid boolean, due boolean)
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
 #variable_conflict use_column
 declare
     m groundkit.embedding_models;
-    n bigint;
-    valid boolean;
 begin
     perform groundkit._require_pgvector();
     m := groundkit._dense_model(hnsw_status.model);
-    select count(*) into n from groundkit.embeddings e where e.model = m.name;
-    select i.indisvalid into valid from pg_catalog.pg_index i
-     where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name));
     return query
-    select m.name, m.dimension, m.distance, n, groundkit._hnsw_min_embeddings(),
-           groundkit._hnsw_index_name(m.name), coalesce(valid, false),
-           n >= groundkit._hnsw_min_embeddings() and not coalesce(valid, false);
+    with b as (
+        select e.vis_key as bucket, count(*) as n, count(*) filter (where e.pending) as p
+          from groundkit.dense_entries e where e.model = m.name group by e.vis_key
+    ), i as (
+        -- the model's bucket indexes, by name (the bucket is the part after the prefix)
+        select c.relname::text as index_name, x.indisvalid as valid
+          from pg_catalog.pg_index x
+          join pg_catalog.pg_class c on c.oid = x.indexrelid
+         where x.indrelid = 'groundkit.dense_entries'::regclass
+           and starts_with(c.relname::text, groundkit._hnsw_index_prefix(m.name))
+    ), s as (
+        select b.bucket, b.n, b.p, groundkit._hnsw_index_name(m.name, b.bucket) as index_name from b
+    )
+    select m.name, m.dimension, m.distance, s.bucket, coalesce(s.n, 0), coalesce(s.p, 0),
+           groundkit._hnsw_min_entries(),
+           coalesce(s.index_name, i.index_name), coalesce(i.valid, false),
+           coalesce(s.n, 0) >= groundkit._hnsw_min_entries() and not coalesce(i.valid, false)
+      from s full join i on i.index_name = s.index_name
+     order by s.bucket nulls last, i.index_name;
 end
 $$;
 
--- Record that a model's HNSW index was built (groundkit.dense.build_hnsw_index, after its
+-- Record that an HNSW index of a model was built (groundkit.dense.build_hnsw_indexes, after its
 -- CREATE INDEX CONCURRENTLY committed).
 create or replace function groundkit._hnsw_built(model text)
 returns void

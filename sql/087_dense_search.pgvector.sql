@@ -17,6 +17,10 @@ select pg_catalog.set_config('groundkit.migrate_search_path', pg_catalog.current
 select pg_catalog.set_config('search_path',
                              pg_catalog.quote_ident(groundkit._vector_schema()) || ', pg_catalog, pg_temp', true);
 
+-- (the signatures before the query's filter, revision 0030: docs/bm25/analysis.md)
+drop function if exists groundkit._search_dense_ids(text, vector, integer, text[], text[], boolean);
+drop function if exists groundkit.search_dense(text, vector, integer, text[], text[], boolean);
+
 -- How many chunks a reader's visible set may hold for the exact scan to answer without the
 -- index (docs/dense.md, "Exact or index": the cross-over measured by `python -m evals.bench dense`).
 -- A session may set groundkit.dense_exact_max (the benchmark does, to measure each scan at every
@@ -55,17 +59,22 @@ $$;
 -- embedding, each with its score, ties broken by object id and chunk seq. Scores are search's:
 -- never negative, higher nearer. Cosine: (1 + cosine similarity) / 2 = 1 - distance / 2, in
 -- [0, 1]; l2: 1 / (1 + distance), in (0, 1]; inner product: its logistic sigmoid, in (0, 1).
--- Each is monotone in the distance, so the order is the distance's. Exact whenever the reader's visible set
--- is small, the model has no valid HNSW index, or `exact` asks; otherwise an iterative HNSW
--- scan (pgvector 0.8), finished by the exact scan when it yields fewer than k visible rows.
--- The permission predicate (_visible_space, _visible_object, as BM25's) is inside each query.
+-- Each is monotone in the distance, so the order is the distance's. Exact whenever the reader's
+-- visible set is small or `exact` asks; otherwise a scan of the dense index's entries in the
+-- reader's buckets alone (docs/dense.md, "Buckets"): an iterative HNSW scan (pgvector 0.8) of
+-- each bucket whose index is built, every entry of the others, merged; finished by the exact
+-- scan when they yield fewer than k visible rows. The permission predicate (_visible_space,
+-- _visible_object, as BM25's) is inside each query, and so is the query's filter (p_filter: its
+-- phrases and exclusions, groundkit._query_filter; null: none), checked with it: k rows whenever
+-- k visible chunks match.
 create or replace function groundkit._search_dense_ids(
     reader_sub text,
     query_embedding vector,
     k integer,
     content_types text[],
     space_ids text[],
-    exact boolean)
+    exact boolean,
+    p_filter tsquery default null)
 returns table (chunk_id bigint, score double precision)
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
@@ -73,6 +82,10 @@ set search_path = pg_catalog, pg_temp
 set hnsw.iterative_scan = 'relaxed_order'
 set hnsw.ef_search = 100
 set hnsw.max_scan_tuples = 20000
+-- Its statements' generic plans (cached from a session's sixth call) cannot see which buckets
+-- or which model they read, and read dense_entries whole to learn that a bucket is empty (77 ms
+-- at 30,000 entries); custom plans cost a fraction of a millisecond to make here.
+set plan_cache_mode = force_custom_plan
 as $$
 #variable_conflict use_column
 declare
@@ -87,6 +100,14 @@ declare
     score_expr text;
     visible bigint;
     use_index boolean;
+    large bigint[];
+    buckets bigint[];
+    indexed bigint[];
+    light bigint[];
+    heavy text;
+    whole bigint[];
+    branch text;
+    parts text[];
     ids bigint[];
     scores double precision[];
 begin
@@ -100,7 +121,7 @@ begin
     col := groundkit._recipe_column(m.recipe);
     op := case m.distance when 'cosine' then '<=>' when 'l2' then '<->' else '<#>' end;
     vec := format('%I.vector(%s)', vs, m.dimension);
-    -- the expression of the model's HNSW index (groundkit.dense.build_hnsw_index), to the letter
+    -- the expression of the buckets' HNSW indexes (groundkit.dense.build_hnsw_indexes), to the letter
     dist := format('(e.embedding::%s) operator(%I.%s) $1', vec, vs, op);
     -- (z.d is the distance; <#> is the negative inner product, and exp's argument is capped so
     -- that a huge distance gives 0, not an overflow error)
@@ -109,15 +130,17 @@ begin
         when 'l2' then '1 / (1 + z.d)'
         else '1 / (1 + exp(least(z.d, 700)))' end;
 
-    use_index := not coalesce(exact, false)
-        and coalesce((select i.indisvalid from pg_catalog.pg_index i
-                       where i.indexrelid = to_regclass('groundkit.' || groundkit._hnsw_index_name(m.name))), false);
+    use_index := not coalesce(exact, false);
     if use_index then
         -- The reader's visible set, as its buckets count it: the shared chunks of the scopes up
         -- to its rank (scope_stats, kept with every write; private spaces and owner-only notes
         -- are not counted there, and are taken to be few). A filter may narrow a large set: then
         -- it is counted, up to the cross-over.
-        select coalesce(sum(s.n_chunks), 0) into visible from groundkit.scope_stats s where s.scope <= v_rank;
+        select coalesce(sum(s.n), 0),
+               coalesce(array_agg(s.scope::bigint) filter (where s.n >= groundkit._hnsw_min_entries()), '{}')
+          into visible, large
+          from (select s.scope, sum(s.n_chunks) as n
+                  from groundkit.scope_stats s where s.scope <= v_rank group by s.scope) s;
         if (content_types is not null or space_ids is not null) and visible > groundkit._dense_exact_max() then
             select count(*) into visible
               from (select 1
@@ -134,25 +157,86 @@ begin
     end if;
 
     if use_index then
+        -- Only the reader's buckets are read, so the work depends on what the reader may see,
+        -- never on invisible chunks near the query. A bucket whose HNSW index is built gets a
+        -- scan of its own (the predicate `vis_key = <bucket>` is the partial index's, so the
+        -- planner can use it); the others are read whole, together (each is small: its index
+        -- is due at _hnsw_min_entries()).
+        buckets := groundkit._reader_buckets(v_rank, v_member);
+        select coalesce(array_agg(b.bucket order by b.bucket) filter (where b.valid), '{}'),
+               coalesce(array_agg(b.bucket order by b.bucket) filter (where not b.valid), '{}')
+          into indexed, whole
+          from (select u.bucket, coalesce(x.indisvalid, false) as valid
+                  from unnest(buckets) as u(bucket)
+                  left join pg_catalog.pg_class c
+                    on c.relname = groundkit._hnsw_index_name(m.name, u.bucket)
+                   and c.relnamespace = 'groundkit'::regnamespace
+                  left join pg_catalog.pg_index x on x.indexrelid = c.oid) b;
+        -- A large shared bucket whose index is not built yet (a new model, or just after the
+        -- upgrade to revision 0028, until the worker builds it) would be read whole: the exact
+        -- scan answers meanwhile.
+        use_index := large <@ indexed;
+    end if;
+
+    if use_index then
         perform set_config('hnsw.ef_search', greatest(100, 2 * k)::text, true);
-        -- Relaxed order: the scan's rows come nearly sorted; the k nearest visible ones are
-        -- taken, then sorted exactly. The predicate is a join inside the scanned statement, so
-        -- the iterative scan goes on until k visible rows came (or max_scan_tuples).
-        execute format(
-            'select array_agg(z.chunk_id order by z.d, z.object_id, z.chunk_seq),
-                    array_agg(%s order by z.d, z.object_id, z.chunk_seq)
-               from (select c.chunk_id, c.object_id, c.chunk_seq, %s as d
-                       from groundkit.embeddings e
-                       join groundkit.chunks c on c.%I = e.content_hash
-                      cross join lateral groundkit._visible_chunk(c.chunk_id, $2, $3, $4, $5) v
-                      where e.model = %L
-                      order by %s
-                      limit $6) z',
-            score_expr, dist, col, m.name, dist)
-           into ids, scores
-          using query_embedding, v_rank, v_member, content_types, space_ids, k;
+        -- One branch per bucket with a valid index (relaxed order: its rows come nearly sorted),
+        -- one reading the other buckets whole, one reading the indexed buckets' pending entries;
+        -- each keeps its k nearest, the permission predicate is joined to every row they keep,
+        -- and the rows are sorted exactly.
+        --
+        -- A shared bucket of a rank up to the reader's holds only chunks the reader may see (its
+        -- rank is their scope: tier and minimum tier within the reader's rank, not private, not
+        -- owner-only, current), so without a filter its branch is the index scan alone (1 ms of
+        -- planning and execution against 7 for three such buckets, measured under load). The
+        -- others (a private space's bucket holds all its tiers; the reader's own notes; any
+        -- bucket under a content_types or space_ids filter or a query's phrases and exclusions)
+        -- join the predicate inside the scan, so an iterative scan goes on until k visible rows
+        -- came (or max_scan_tuples). Should the predicate drop a row the branches kept, fewer
+        -- than k come, and the exact scan answers.
+        light := case when content_types is null and space_ids is null and p_filter is null
+                      then array(select u.b from unnest(indexed) as u(b)
+                                  where u.b in (select t.rank from groundkit.tiers t where t.rank <= v_rank))
+                      else '{}' end;
+        branch := '(select e.chunk_id, ' || dist || ' as d
+                      from groundkit.dense_entries e<join>
+                     where e.model = ' || quote_literal(m.name) || ' and <bucket>
+                     order by ' || dist || '
+                     limit $6)';
+        heavy := replace(branch, '<join>',
+                         ' cross join lateral groundkit._visible_chunk(e.chunk_id, $2, $3, $4, $5, $9) v');
+        parts := array(select replace(replace(branch, '<join>', ''), '<bucket>',
+                                      'e.vis_key = ' || quote_literal(u.b::text) || '::bigint and not e.pending')
+                         from unnest(light) as u(b))
+                 || array(select replace(heavy, '<bucket>',
+                                         'e.vis_key = ' || quote_literal(u.b::text) || '::bigint and not e.pending')
+                            from unnest(indexed) as u(b) where u.b <> all (light));
+        -- (most readers' own-notes bucket is empty, and most of the time nothing is pending: no
+        -- branch to plan for them)
+        if exists (select 1 from groundkit.dense_entries e where e.model = m.name and e.vis_key = any (whole)) then
+            parts := parts || replace(heavy, '<bucket>', 'e.vis_key = any ($7)');
+        end if;
+        -- entries writers filed or moved into an indexed bucket, not merged into its index yet
+        if exists (select 1 from groundkit.dense_entries e
+                    where e.model = m.name and e.vis_key = any (indexed) and e.pending) then
+            parts := parts || replace(heavy, '<bucket>', 'e.vis_key = any ($8) and e.pending');
+        end if;
+        if cardinality(parts) > 0 then
+            execute format(
+                'select array_agg(z.chunk_id order by z.d, z.object_id, z.chunk_seq),
+                        array_agg(%s order by z.d, z.object_id, z.chunk_seq)
+                   from (select y.chunk_id, v.object_id, v.chunk_seq, y.d
+                           from (%s) y
+                          cross join lateral groundkit._visible_chunk(y.chunk_id, $2, $3, $4, $5, $9) v
+                          order by y.d, v.object_id, v.chunk_seq
+                          limit $6) z',
+                score_expr, array_to_string(parts, ' union all '))
+               into ids, scores
+              using query_embedding, v_rank, v_member, content_types, space_ids, k, whole, indexed, p_filter;
+        end if;
         if groundkit._debug_allowed() then
             raise debug 'groundkit dense: index scan, % of % rows', coalesce(cardinality(ids), 0), k;
+            raise debug 'groundkit dense buckets: % by HNSW, % read whole', cardinality(indexed), cardinality(whole);
         end if;
         if coalesce(cardinality(ids), 0) >= k then
             return query select u.id, u.score from unnest(ids, scores) as u(id, score);
@@ -175,16 +259,19 @@ begin
                   cross join lateral groundkit._visible_object(o.object_id, $2, $3, $4, $5) v
                    join groundkit.chunks c on c.object_id = v.object_id and c.object_version = v.version
                    join groundkit.embeddings e on e.model = %L and e.content_hash = c.%I
-                  where $5 is null or sp.space_id = any ($5)
+                  where ($5 is null or sp.space_id = any ($5))
+                    and ($7 is null or c.tsv @@ $7)
                   order by 4, c.object_id, c.chunk_seq
                   limit $6) z
           order by z.d, z.object_id, z.chunk_seq',
         score_expr, dist, m.name, col)
-        using query_embedding, v_rank, v_member, content_types, space_ids, k;
+        using query_embedding, v_rank, v_member, content_types, space_ids, k, p_filter;
 end
 $$;
 
--- The public dense search: the dense leg's top k with search's columns (sql/069_search.sql).
+-- The public dense search: the dense leg's top k with search's columns (sql/069_search.sql). With
+-- the query's text (query), only chunks that match its phrases and exclusions
+-- (docs/bm25/analysis.md, "Query syntax"); its words do not rank here.
 -- The snippet is the chunk's first words, as search's for a chunk without a match: there are no
 -- query terms to mark, and the tsquery below holds one lexeme no text has (a control character,
 -- which the parser never keeps; an empty tsquery would raise a NOTICE per hit).
@@ -194,7 +281,8 @@ create or replace function groundkit.search_dense(
     k integer default 10,
     content_types text[] default null,
     space_ids text[] default null,
-    exact boolean default false)
+    exact boolean default false,
+    query text default null)
 returns table (
     object_id text,
     object_version bigint,
@@ -222,10 +310,16 @@ declare
     scores double precision[];
 begin
     perform groundkit._reader_allowed(search_dense.reader_sub);  -- GK010 for a bound login's other readers
+    if search_dense.query is not null then
+        perform groundkit._search_check(search_dense.query, search_dense.k, search_dense.content_types);
+    end if;
     select array_agg(r.chunk_id order by r.n), array_agg(r.score order by r.n) into ids, scores
       from groundkit._search_dense_ids(search_dense.reader_sub, search_dense.query_embedding, search_dense.k,
                                        search_dense.content_types, search_dense.space_ids,
-                                       search_dense.exact) with ordinality as r(chunk_id, score, n);
+                                       search_dense.exact,
+                                       groundkit._query_filter(search_dense.reader_sub, search_dense.query,
+                                                               search_dense.space_ids))
+           with ordinality as r(chunk_id, score, n);
     return query
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
@@ -244,8 +338,9 @@ $$;
 -- chunk is not in that leg's top depth). fusion 'rrf': sum over the legs of weight / (rrf_k +
 -- rank); 'score': sum of weight * the leg's score scaled to [0, 1] over its own top depth
 -- (min-max; a leg whose scores are all equal scales to 1; a chunk not in a leg's top depth gets
--- 0 from it). match_gate: a chunk only the dense
--- leg found must match a query term. Both legs apply the permission predicate inside.
+-- 0 from it). match_gate: a chunk only the dense leg found must match a query term. Both legs
+-- apply the permission predicate inside, and the query's phrases and exclusions
+-- (docs/bm25/analysis.md) with it.
 -- The defaults (rrf, rrf_k 20, equal weights, depth 100, no gate) are the quality eval's choice
 -- on SciFact and NFCorpus (docs/journal/2026-12-04-fusion.md, python -m evals.bench fusion).
 create or replace function groundkit.search_hybrid(
@@ -323,7 +418,9 @@ begin
     ), v as (
         select r.chunk_id, r.score, r.n::integer as rank
           from groundkit._search_dense_ids(search_hybrid.reader_sub, search_hybrid.query_embedding, d,
-                                           search_hybrid.content_types, search_hybrid.space_ids, false)
+                                           search_hybrid.content_types, search_hybrid.space_ids, false,
+                                           groundkit._query_filter(search_hybrid.reader_sub, search_hybrid.query,
+                                                                   search_hybrid.space_ids))
                with ordinality as r(chunk_id, score, n)
     ), f as (
         select coalesce(b.chunk_id, v.chunk_id) as chunk_id, b.rank as br, v.rank as vr,
@@ -348,7 +445,10 @@ begin
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, f.fused, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
            t.thread_id, t.thread_title, c.chunker,
-           groundkit._snippet(c.content, q, search_hybrid.snippet_start, search_hybrid.snippet_end),
+           groundkit._snippet(c.content,
+                              case when c.language is null then q
+                                   else groundkit._query_tsquery(search_hybrid.query, c.language) end,
+                              search_hybrid.snippet_start, search_hybrid.snippet_end, c.language),
            f.br, f.vr
       from f
       join groundkit.chunks c on c.chunk_id = f.chunk_id

@@ -2,13 +2,16 @@
 -- (PgvectorMissing). Replaceable; applied by migrate instead of 087_dense_search.pgvector.sql,
 -- whose signatures name pgvector's `vector` type. The query embedding is text here (an untyped
 -- literal such as '[0.1, 0.2]' finds these); a migrate after pgvector is installed drops them.
+-- (the signature before the query's filter, revision 0030)
+drop function if exists groundkit.search_dense(text, text, integer, text[], text[], boolean);
 create or replace function groundkit.search_dense(
     reader_sub text,
     query_embedding text,
     k integer default 10,
     content_types text[] default null,
     space_ids text[] default null,
-    exact boolean default false)
+    exact boolean default false,
+    query text default null)
 returns table (object_id text, object_version bigint, chunk_seq integer, content_type text, space_id text,
                title text, content text, score double precision, start_ms bigint, end_ms bigint,
                char_start integer, char_end integer, heading_path text[], thread_id text,

@@ -111,6 +111,7 @@ begin
         'groundkit.fetch_citation(text, text, bigint, integer)',
         'groundkit.put_member(text, text, text)',
         'groundkit.put_space(text, text, boolean)',
+        'groundkit.set_space_language(text, text)',
         'groundkit.grant_space(text, text)',
         'groundkit.revoke_space(text, text)',
         'groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb)',
@@ -143,6 +144,8 @@ begin
             groundkit.search(text, text, integer, text[], text[], text, text),
             groundkit.fetch_citation(text, text, bigint, integer)
         to groundkit_reader;
+        -- the text a dense leg embeds of a query (its words, without its syntax: sql/058_query.sql)
+        grant execute on function groundkit.query_text(text) to groundkit_reader;
         -- the MCP and HTTP servers map a bearer token to a member and report the revision (sql/080_serve.sql)
         grant execute on function groundkit.token_member(bytea), groundkit.schema_revision() to groundkit_reader;
         -- the sampler the client runs with every search, and engagement on what it recorded
@@ -157,6 +160,7 @@ begin
         grant execute on function
             groundkit.put_member(text, text, text),
             groundkit.put_space(text, text, boolean),
+            groundkit.set_space_language(text, text),
             groundkit.grant_space(text, text),
             groundkit.revoke_space(text, text),
             groundkit.put_object(text, bigint, text, text, text, text, text, text, boolean, jsonb, jsonb),
@@ -252,8 +256,9 @@ end
 $explain$;
 
 -- The dense arm (sql/086_dense.sql, docs/dense.md): readers search (and read which model to embed
--- their query with, and what mode 'auto' runs: sql/085_search_modes.sql); writers register models, run the embedding worker, read the lag and cut
--- over. The owner alone builds HNSW indexes (groundkit.dense.build_hnsw_index). The searches'
+-- their query with, and what mode 'auto' runs: sql/085_search_modes.sql); writers register
+-- models, run the embedding worker, read the lag and cut over. The owner alone builds HNSW
+-- indexes (groundkit.dense.build_hnsw_indexes). The searches'
 -- signatures differ with and without pgvector (087_dense_search.*.sql): found by name.
 do $dense$
 declare
@@ -268,6 +273,8 @@ begin
         'groundkit.embed_store(text, bytea[], real[])',
         'groundkit.cutover(text, boolean)',
         'groundkit.hnsw_status(text)',
+        'groundkit.dense_recheck(text)',
+        'groundkit.dense_merge_pending(text, integer, bigint)',
         'groundkit.auto_search_mode()',
         'groundkit.auto_search_settings(text[])'
     ] loop
@@ -314,6 +321,28 @@ begin
     end if;
 end
 $replicas$;
+
+-- The operator console (sql/081_console.sql, docs/console.md): its tokens are made and revoked
+-- by the owner alone; the console's login (an auditor's, or the owner's) maps a token to its
+-- operator, reads the embedding backlog over time and the stored quality results.
+do $console$
+begin
+    alter function groundkit.create_console_token(text, bytea, timestamptz)
+        security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.revoke_console_tokens(text) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.console_operator(bytea) security definer set search_path = pg_catalog, pg_temp;
+    alter function groundkit.embedding_backlog(text, timestamptz, interval)
+        security definer set search_path = pg_catalog, pg_temp;
+    if exists (select 1 from pg_catalog.pg_roles where rolname = 'groundkit_auditor') then
+        grant usage on schema groundkit to groundkit_auditor;
+        grant execute on function
+            groundkit.console_operator(bytea),
+            groundkit.embedding_backlog(text, timestamptz, interval)
+        to groundkit_auditor;
+        grant select on groundkit.quality_results to groundkit_auditor;
+    end if;
+end
+$console$;
 
 -- The outbound gate (sql/083_outbound.sql, docs/outbound.md): a reader's session reads the
 -- policy, decides its own calls (objects only as that reader may see them) and records them; the

@@ -323,6 +323,23 @@ def test_shards_fuses_two_databases_and_global_statistics_match_one(
     assert rows["two shards, global statistics"][2] == rows["one database"][2]  # the same nDCG@10
 
 
+def test_sidechannel_dense_prints_the_hidden_topics_ratio(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """python -m evals.bench sidechannel --kind dense on a small world: the four medians (hidden,
+    two visible controls, absent), the ratios, hybrid's dense ranks without gaps, no problem
+    reported; its database is dropped."""
+    assert main(["sidechannel", "--kind", "dense", "--dsn", server_dsn, "--visible", "300", "--hidden", "200",
+                 "--elsewhere", "100", "--runs", "3", "--warm-up", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "| topic 0 | hidden (T3) |" in out and "| topic 1 | visible (control) |" in out
+    assert "largest ratio hidden / control: " in out and "PROBLEM" not in out
+    assert "| topic 22 | none (absent topic) |" in out
+    assert out.count("| 10 | 1,2,3,4,5,6,7,8,9,10 |") == 4
+    with psycopg.connect(server_dsn, autocommit=True) as conn:  # its database is gone
+        left = conn.execute("select count(*) from pg_database where datname like"
+                            " 'groundkit_scratch_bench_bh_side_dense_%'").fetchone()
+    assert left == (0,)
+
+
 def test_policy_counts_what_put_space_reads_and_writes(server_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["policy", "--dsn", server_dsn, "--chunks", "3000", "--rounds", "1"]) == 0
     out = capsys.readouterr().out

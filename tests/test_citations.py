@@ -85,7 +85,8 @@ def test_search_columns_in_sql_and_python_agree(gk: Groundkit, raw: psycopg.Conn
     cols = [d.name for d in raw.execute("select * from groundkit.search('ana', 'glaze')").description or []]
     assert cols[-7:] == ["char_start", "char_end", "heading_path", "thread_id", "thread_title", "chunker", "snippet"]
     # (each leg's rank: hybrid's two more columns, None in the other modes)
-    assert set(cols) == set(groundkit.SearchHit.model_fields) - {"bm25_rank", "dense_rank"}
+    # (and the query notice, a NOTICE in SQL: docs/bm25/analysis.md, "Long questions")
+    assert set(cols) == set(groundkit.SearchHit.model_fields) - {"bm25_rank", "dense_rank", "query_notice"}
 
 
 # -- the snippet ---------------------------------------------------------------------------------
@@ -253,7 +254,9 @@ def test_fetch_citation_of_a_section_is_the_whole_section(gk: Groundkit) -> None
     body = (f"# Clay bodies\n\nIntro text.\n\n## Slips\n\n{long}\n\n## Glazes\n\nGlaze text about frits."
             "\n\n## Slips\n\nA second section under the same heading, about casting.")
     gk.put_object("c1", 1, "course_section", "studio", "T0", "Ceramics 101", body)
-    (hit,) = [h for h in gk.search("ana", "slip399") if h.object_id == "c1"]
+    # (the best hit: slip399 whole; the other chunks hold its part "slip", docs/bm25/analysis.md)
+    hit = next(h for h in gk.search("ana", "slip399") if h.object_id == "c1")
+    assert "slip399" in hit.content
     assert hit.heading_path is not None and hit.heading_path[-1] == "Slips"
     cited = gk.fetch_citation("ana", "c1", 1, hit.chunk_seq)
     assert cited is not None and cited.heading_path == hit.heading_path

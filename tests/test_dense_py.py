@@ -443,43 +443,26 @@ def test_surfaces_take_a_mode(dense: Groundkit, dsn: str) -> None:
 
 
 def test_embed_builds_the_hnsw_index_once_due(dsn: str, fake: FakeEmbeddings) -> None:
-    """`groundkit embed` builds the model's HNSW index (concurrently) once hnsw_status says it is
-    due; dense search then still answers the same. (The threshold is lowered in this test's own
-    database, a replaceable function; 20,000 embeddings in production.)"""
+    """`groundkit embed` builds the HNSW index of each of the model's buckets (concurrently) once
+    hnsw_status says it is due; dense search then still answers the same. (The threshold is
+    lowered in this test's own database, a replaceable function; 1,000 entries in production.)"""
     with Groundkit.connect(dsn) as gk:
         _world(gk)
         add_fake_model(gk, "fake", fake)
         model_swap.cutover(gk, "fake", force=True)
-        gk.conn.execute("create or replace function groundkit._hnsw_min_embeddings() returns bigint"
+        gk.conn.execute("create or replace function groundkit._hnsw_min_entries() returns bigint"
                         " language sql immutable as $$ select 10::bigint $$")
     done = _run("embed", "--dsn", dsn)
-    assert done.returncode == 0 and "built the HNSW index of fake" in done.stderr, done.stderr
     with Groundkit.connect(dsn) as gk:
-        status = gk._fetch("select index_valid, due from groundkit.hnsw_status('fake')", {})[0]
-        assert status == {"index_valid": True, "due": False}
+        status = gk._fetch("select bucket, entries, index_valid, due from groundkit.hnsw_status('fake')", {})
+        due = [s for s in status if s["entries"] >= 10]
+        assert due and all(s["index_valid"] and not s["due"] for s in due), status
+        assert all(not s["index_valid"] for s in status if s["entries"] < 10), status
+        assert done.returncode == 0 and f"built {len(due)} HNSW index(es) of fake" in done.stderr, done.stderr
         exact = {h.object_id for h in gk.search("t2", "kiln firing", k=50, mode="dense", exact=True)}
         assert len(exact) == 36 and {h.object_id for h in gk.search("t2", "kiln firing", k=50, mode="dense")} == exact
     again = _run("embed", "--dsn", dsn)
-    assert again.returncode == 0 and "built the HNSW index" not in again.stderr
-
-
-def test_bench_embed_job_compares_the_job_with_the_provider(server_dsn: str, tmp_path: Path,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """python -m evals.bench embed-job on a four-abstract collection: both rates and their ratio."""
-    from evals.bench.__main__ import main
-
-    docs = {"d1": "Mitochondria produce ATP.", "d2": "Insulin lowers blood glucose.",
-            "d3": "The stock market fell sharply.", "d4": "Cats sleep most of the day."}
-    (tmp_path / "qrels").mkdir()
-    (tmp_path / "corpus.jsonl").write_text("".join(
-        json.dumps({"_id": k, "title": "", "text": v}) + "\n" for k, v in docs.items()), encoding="utf-8")
-    (tmp_path / "queries.jsonl").write_text(json.dumps({"_id": "q1", "text": "energy"}) + "\n", encoding="utf-8")
-    (tmp_path / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\n")
-    assert main(["embed-job", "--data", str(tmp_path), "--docs", "4", "--rounds", "1", "--batch", "2",
-                 "--dsn", server_dsn]) == 0
-    out = capsys.readouterr().out
-    assert "chunks 4, batch 2, rounds 1" in out and "provider alone" in out
-    assert "x the provider alone)" in out
+    assert again.returncode == 0 and "HNSW index" not in again.stderr
 
 
 def test_shadow_compare_on_sampled_queries(dense: Groundkit, dsn: str, fake: FakeEmbeddings) -> None:

@@ -14,7 +14,7 @@ import pytest
 from psycopg import sql
 
 from groundkit import Groundkit
-from groundkit.dense import build_hnsw_index
+from groundkit.dense import build_hnsw_indexes
 from groundkit.errors import from_psycopg
 from groundkit.gate.dense_double import DIMENSION, embed, embed_pending, vector_literal
 
@@ -408,9 +408,11 @@ def _force_index_path(gk: Groundkit) -> None:
 def test_never_fewer_than_k_with_hnsw_and_a_1_percent_visible_fraction(dense: Groundkit, dsn: str) -> None:
     _many(dense, 3000, 100)  # 30 visible to t0
     with psycopg.connect(dsn, autocommit=True) as owner:
-        build_hnsw_index(owner, MODEL)
-    row = dense.conn.execute("select * from groundkit.hnsw_status()").fetchone()
-    assert row is not None and row["index_valid"] and row["embeddings"] == 3000
+        build_hnsw_indexes(owner, MODEL)
+    status = {r["bucket"]: r for r in dense.conn.execute("select * from groundkit.hnsw_status()").fetchall()}
+    assert set(status) == {0, 3}
+    assert status[3]["index_valid"] and status[3]["entries"] == 2970 and not status[3]["due"]
+    assert not status[0]["index_valid"] and status[0]["entries"] == 30 and not status[0]["due"]  # read whole
     # a small visible set (its buckets say 30 chunks): the exact scan, index or not
     assert paths(dense, lambda: search_dense(dense, "t0", "glaze", k=10)) == ["exact scan"]
     _force_index_path(dense)
@@ -435,11 +437,13 @@ def test_never_fewer_than_k_with_hnsw_and_a_1_percent_visible_fraction(dense: Gr
 def test_exact_and_index_scans_agree(dense: Groundkit, dsn: str) -> None:
     _many(dense, 3000, 1)
     with psycopg.connect(dsn, autocommit=True) as owner:
-        build_hnsw_index(owner, MODEL)
-        plan = owner.execute("explain select 1 from groundkit.embeddings e where e.model = %s"
+        assert build_hnsw_indexes(owner, MODEL) == [owner.execute(
+            "select groundkit._hnsw_index_name(%s, 0)", (MODEL,)).fetchone()[0]]  # type: ignore[index]
+        plan = owner.execute("explain select 1 from groundkit.dense_entries e where e.model = %s"
+                             " and e.vis_key = '0'::bigint and not e.pending"
                              " order by (e.embedding::vector(32)) <=> %s::vector limit 5",
                              (MODEL, vector_literal(embed("glaze")))).fetchall()
-        assert any("embeddings_hnsw_" in r[0] for r in plan)
+        assert any("dense_hnsw_" in r[0] for r in plan), plan
     _force_index_path(dense)
     overlap = []
     for text in ("glaze kiln", "raku shino", "wheel clay slip", "tenmoku n7", "bisque"):
@@ -531,12 +535,11 @@ def test_reader_and_writer_logins_get_the_dense_functions_the_grid_gives(dense: 
 def test_dense_rows_and_scores_do_not_depend_on_invisible_content(dense: Groundkit, dsn: str) -> None:
     """A dense score is the distance between the query and the chunk's own text: no statistics of
     other content. Invisible content near the query changes neither the exact scan's rows nor any
-    score. (The index scan is approximate and walks a graph of every chunk: which near neighbours
-    it misses may change with invisible ones, docs/dense.md's side channels; its rows stay
-    visible ones, each with the same score.)"""
+    score. (The index scan is approximate: its rows stay visible ones, each with the same score.
+    It reads the reader's buckets only, test_dense_index_work_does_not_depend_on_invisible_neighbours.)"""
     _many(dense, 2500, 1)
     with psycopg.connect(dsn, autocommit=True) as owner:
-        build_hnsw_index(owner, MODEL)
+        build_hnsw_indexes(owner, MODEL)
     _force_index_path(dense)
     texts = ["glaze kiln", "raku n3", "vault secret glaze kiln"]
 

@@ -38,7 +38,8 @@ NOT_RUN = {"db url", "audit keygen", "audit verify-bundle"}  # (no database: key
 # The servers run here only with the DSNs libpq cannot read, which must stop them at once (a
 # readable DSN's database that is down stops them too, at the gate's check; started with
 # --allow-ungated they start and answer 503: docs/governance.md).
-SERVERS: dict[str, list[str]] = {"serve mcp": ["--reader", "m1"], "serve http": ["--port", "18765"]}
+SERVERS: dict[str, list[str]] = {"serve mcp": ["--reader", "m1"], "serve http": ["--port", "18765"],
+                               "serve console": ["--port", "18766"]}
 
 
 def _unreadable(dsn: str) -> bool:

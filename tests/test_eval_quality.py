@@ -23,17 +23,19 @@ QUERIES = [("q1", "dovetail drawer"), ("q2", "price a commission"), ("q3", "oil 
 QRELS = [("q1", "d1", 1), ("q2", "d3", 2), ("q3", "d2", 1)]
 
 
-def _write_beir(root: Path) -> Path:
+def _write_beir(root: Path, extra_queries: Sequence[tuple[str, str]] = (),
+                extra_qrels: Sequence[tuple[str, str, int]] = ()) -> Path:
     root.mkdir()
     (root / "qrels").mkdir()
     (root / "corpus.jsonl").write_text(
         "".join(json.dumps({"_id": i, "title": t, "text": x}) + "\r\n" for i, t, x in DOCS), encoding="utf-8"
     )
     (root / "queries.jsonl").write_text(
-        "".join(json.dumps({"_id": q, "text": t}) + "\r\n" for q, t in QUERIES), encoding="utf-8"
+        "".join(json.dumps({"_id": q, "text": t}) + "\r\n" for q, t in [*QUERIES, *extra_queries]), encoding="utf-8"
     )
     (root / "qrels" / "test.tsv").write_text(
-        "query-id\tcorpus-id\tscore\r\n" + "".join(f"{q}\t{d}\t{s}\r\n" for q, d, s in QRELS), encoding="utf-8"
+        "query-id\tcorpus-id\tscore\r\n" + "".join(f"{q}\t{d}\t{s}\r\n" for q, d, s in [*QRELS, *extra_qrels]),
+        encoding="utf-8"
     )
     return root
 

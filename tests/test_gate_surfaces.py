@@ -35,8 +35,8 @@ def test_a_surface_reading_as_the_wrong_member_fails_the_section(server_dsn: str
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     real = ReadService.search
 
-    def as_eli(self: ReadService, member: str, request: SearchInput) -> SearchResult:
-        return real(self, "eli", request)  # the T3 member, whoever asked
+    async def as_eli(self: ReadService, member: str, request: SearchInput) -> SearchResult:
+        return await real(self, "eli", request)  # the T3 member, whoever asked
 
     monkeypatch.setattr(ReadService, "search", as_eli)
     tap = _run(server_dsn)

@@ -371,3 +371,61 @@ def test_the_docs_example_runs_as_written(dsn: str, monkeypatch: pytest.MonkeyPa
     printed = capsys.readouterr().out.splitlines()
     promised = [line.split("# ", 1)[1] for line in code.splitlines() if "print(" in line]
     assert printed == promised
+
+
+# -- the async client, natively ------------------------------------------------------------------
+
+def _with_async_client(dsn: str, body: Any) -> Any:
+    """``body(client)`` with an AsyncGroundkit, on one event loop."""
+    from groundkit import AsyncGroundkit
+
+    async def main() -> Any:
+        async with await AsyncGroundkit.connect(dsn) as client:
+            return await body(client)
+
+    return asyncio.run(main())
+
+
+def test_langchain_ainvoke_awaits_an_async_client_on_the_loop(world: Groundkit, dsn: str) -> None:
+    """Given an AsyncGroundkit, ainvoke awaits its search on the caller's loop (no worker thread):
+    the same documents, per-call options and permission rule as the sync client's."""
+    sync_docs = gk_langchain.GroundkitRetriever(client=world, reader_sub="t2").invoke("compost", k=2)
+
+    async def body(client: Any) -> Any:
+        loop_thread = threading.get_ident()
+        seen: list[int] = []
+        real = client.search
+
+        async def spy(*args: Any, **kwargs: Any) -> Any:
+            seen.append(threading.get_ident())
+            return await real(*args, **kwargs)
+
+        client.search = spy
+        retriever = gk_langchain.GroundkitRetriever(client=client, reader_sub="t2")
+        docs = await retriever.ainvoke("compost", k=2)
+        t0 = await gk_langchain.GroundkitRetriever(client=client, reader_sub="t0").ainvoke("compost")
+        with pytest.raises(InvalidArgument, match="reader"):
+            await retriever.ainvoke("compost", reader_sub="t3")
+        with pytest.raises(InvalidArgument, match="async entry point"):
+            retriever.invoke("compost")
+        return docs, t0, seen, loop_thread
+
+    docs, t0, seen, loop_thread = _with_async_client(dsn, body)
+    assert [d.id for d in docs] == [d.id for d in sync_docs] and len(docs) == 2
+    assert "course" not in _ids(t0)  # a T2 section: never a T0 reader's
+    assert seen and set(seen) == {loop_thread}
+
+
+def test_llamaindex_aretrieve_awaits_an_async_client_on_the_loop(world: Groundkit, dsn: str) -> None:
+    sync_nodes = gk_llamaindex.GroundkitRetriever(world, "t2").retrieve(GroundkitQuery("compost", k=2))
+
+    async def body(client: Any) -> Any:
+        retriever = gk_llamaindex.GroundkitRetriever(client, "t2")
+        nodes = await retriever.aretrieve(GroundkitQuery("compost", k=2))
+        t0 = await gk_llamaindex.GroundkitRetriever(client, "t0").aretrieve("compost")
+        return nodes, t0
+
+    nodes, t0 = _with_async_client(dsn, body)
+    assert [n.node.node_id for n in nodes] == [n.node.node_id for n in sync_nodes] and len(nodes) == 2
+    assert "course" not in _node_ids(t0)
+

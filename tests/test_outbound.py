@@ -329,6 +329,40 @@ def test_complete_pins_digests_and_meters_from_the_response(dsn: str, capture: C
         assert (row["flow"], row["tokens_in"], str(row["run_id"])) == ("tutor", expected[0], str(run.id))
 
 
+def test_an_async_run_completes_through_the_same_gate(dsn: str, capture: Capture) -> None:
+    """``async with gk.run(...)`` on an AsyncGroundkit: the same decision, digests, metering and
+    refusal as the sync run, recorded in the run's transaction on the async connection."""
+    import asyncio
+
+    from groundkit import AsyncGroundkit
+
+    with Groundkit.connect(dsn) as gk:
+        world(gk)
+        private_policy(gk, capture.url, Allowance(max_tier="T0", queries=True))
+    provider = LlmProvider.model_validate({"protocol": "openai", "url": capture.url})
+
+    async def main() -> tuple[Any, Any, Any]:
+        async with await AsyncGroundkit.connect(dsn) as agk:
+            async with agk.run(flow="tutor", reader="t0", prompt_version="tutor-v3") as run:
+                hits = await run.search("sharpening chisels")
+                context = run.context(hits, 500)
+                answer = await run.complete([{"role": "user", "content": f"{context.text}\n\nHow do I sharpen?"}],
+                                            model="chat-1", provider=provider)
+                await run.record_llm("chat-2", 10, 2)  # metered in the run's transaction
+            return run.id, answer, await agk.replay(run.id)
+
+    run_id, answer, replay = asyncio.run(main())
+    calls = replay.run.llm_calls
+    sent = json.loads(capture.raw[-1])["messages"]
+    assert calls[0]["messages_sha256"] == messages_digest([Message(**m) for m in sent]) == answer.messages_sha256
+    assert (calls[0]["decision"], calls[0]["class"], calls[0]["prompt_version"]) == ("sent", "private", "tutor-v3")
+    assert (answer.tokens_in, answer.tokens_out) == (123, 4) and PUBLIC_TEXT in capture.received()
+    with Groundkit.connect(dsn) as gk:
+        rows = gk._fetch("select model, tokens_in, run_id from groundkit.calls where kind = 'llm' order by call_id", {})
+        assert [(r["model"], r["tokens_in"], str(r["run_id"])) for r in rows] == [
+            ("chat-1", 123, str(run_id)), ("chat-2", 10, str(run_id))]
+
+
 def test_an_llm_call_carrying_what_the_policy_refuses_is_refused_by_rule(dsn: str, capture: Capture) -> None:
     """A T3 chunk (as its T3 reader retrieved it) may not go to a private endpoint allowed up to
     T1: GK023 naming the rule, never the content; nothing arrives; the run pins the refusal."""
@@ -456,13 +490,13 @@ def test_no_provider_can_be_called_around_the_gate(capture: Capture, embed_home:
             call()
         assert capture.raw == [], name
     calls: list[str] = []
-    real_send = gate.send
+    real_send = gate.send_steps  # (gate.send and the clients' searches both run it)
 
     def spy(kind: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(kind)
         return real_send(kind, *args, **kwargs)
 
-    monkeypatch.setattr(gate, "send", spy)
+    monkeypatch.setattr(gate, "send_steps", spy)
     opened = default_policy().with_class("cloud", ClassPolicy(allow=Allowance(private_spaces=True, owner_only=True,
                                                                               queries=True)))
     local = EmbeddingModel(name="minilm", provider="local", dimension=384, distance="cosine", recipe="titled")

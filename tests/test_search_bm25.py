@@ -282,12 +282,12 @@ def test_metacharacters_are_treated_as_text(corpus: Groundkit) -> None:
     assert {h.object_id for h in corpus.search("t0", "(electric):*")} == {"b"}
 
 
-def test_query_over_4096_chars_raises(corpus: Groundkit, raw: Raw) -> None:
-    assert corpus.search("t0", "glaze " + "x" * 4090) is not None  # exactly 4096 is allowed
+def test_query_over_32768_chars_raises(corpus: Groundkit, raw: Raw) -> None:
+    assert corpus.search("t0", "glaze " + "x" * 32762) is not None  # exactly 32,768 is allowed
     with pytest.raises(InvalidArgument):
-        corpus.search("t0", "x" * 4097)
+        corpus.search("t0", "x" * 32769)
     with pytest.raises(psycopg.Error) as info:
-        raw.execute("select * from groundkit.search(reader_sub => 't0', query => %s)", ("x" * 4097,))
+        raw.execute("select * from groundkit.search(reader_sub => 't0', query => %s)", ("x" * 32769,))
     assert info.value.sqlstate == "GK005"
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import psycopg
@@ -108,17 +110,23 @@ def test_healthz_and_openapi(api: str) -> None:
 def test_a_request_waiting_too_long_for_a_connection_gets_503(dsn: str, world: Groundkit) -> None:
     token = tokens.create_token(world, "t1")
     service = ReadService(dsn, pool_size=1, pool_timeout=0.3)
-    with serving(create_app(service)) as url:
+    inner, loops = create_app(service), []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:  # notes the server's event loop
+        if scope["type"] == "lifespan":
+            loops.append(asyncio.get_running_loop())
+        await inner(scope, receive, send)
+
+    with serving(app) as url:
         assert _search(url, token, {"query": "pricing"}).status_code == 200
         held, release = threading.Event(), threading.Event()
 
-        def hold() -> None:
-            with service.pool.connection():
+        async def hold() -> None:  # the pool's one connection, held on the server's own loop
+            async with service.pool.connection():
                 held.set()
-                release.wait(30)
+                await asyncio.to_thread(release.wait, 30)
 
-        holder = threading.Thread(target=hold)
-        holder.start()
+        holder = asyncio.run_coroutine_threadsafe(hold(), loops[0])
         try:
             assert held.wait(10)
             r = _search(url, token, {"query": "pricing"})
@@ -126,7 +134,7 @@ def test_a_request_waiting_too_long_for_a_connection_gets_503(dsn: str, world: G
             assert "no connection came free" in r.json()["message"]
         finally:
             release.set()
-            holder.join()
+            holder.result(30)
         assert _search(url, token, {"query": "pricing"}).status_code == 200
 
 

@@ -20,7 +20,7 @@ import pytest
 
 import groundkit
 from groundkit import Groundkit, PgvectorMissing
-from groundkit.dense import build_hnsw_index
+from groundkit.dense import build_hnsw_indexes
 from groundkit.errors import from_psycopg
 from tests.governance_helpers import certify
 
@@ -143,7 +143,7 @@ def test_every_dense_function_raises_pgvector_missing_on_postgres_15(pg15_dsn: s
         assert row == {"n": 0}
     with pytest.raises(PgvectorMissing):
         with psycopg.connect(pg15_dsn, autocommit=True) as conn:
-            build_hnsw_index(conn, "m")
+            build_hnsw_indexes(conn, "m")
 
 
 def test_eval_quality_skips_the_dense_arms_without_pgvector(pg15_dsn: str, tmp_path: Path) -> None:

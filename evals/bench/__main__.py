@@ -8,6 +8,7 @@
     chunking      what each content type's chunker costs per object, against the text chunker
     unmaintained  search on a database nobody maintained vs the same database maintained
     sidechannel   search's time for a word only content the reader may not see holds vs an absent word
+    longquery     what a query of 8, 64, 300 and 5,000 distinct words costs search (the term bound)
     snippets      the cost of search's snippets: groundkit.search with and without them
     home          the home feed (latest, top) with the permission predicate, on a copy of a kept database
     http          the HTTP retrieval API under load: concurrent clients, every answer checked for leaks
@@ -24,6 +25,7 @@
     policy        put_space flipping a space's policy at 100k chunks: time, rows read and written, two revisions
     replicas      searches on one server vs primary + standby behind the permission fence; the fence's write cost
     shards        two databases standing in for two shards: the fused answer against one database's (BEIR)
+    console       the operator console's pages at 100k chunks: render time at the client, and its reads alone
     outbound      the outbound gate's cost per embedding batch and per LLM call (loopback), the scrubber's per chunk
 
 `python -m evals.bench SUBCOMMAND --help` describes each.
@@ -38,6 +40,7 @@ from evals.bench import (
     ab,
     chain,
     chunking,
+    console,
     costs,
     dense,
     embed,
@@ -48,6 +51,7 @@ from evals.bench import (
     http,
     ingest,
     ingest_dir,
+    longquery,
     outbound,
     policy,
     profile,
@@ -68,6 +72,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "ingest-dir": ingest_dir.main,
     "ab": ab.main,
     "profile": profile.main,
+    "longquery": longquery.main,
     "chunking": chunking.main,
     "unmaintained": unmaintained.main,
     "sidechannel": sidechannel.main,
@@ -86,6 +91,7 @@ SUBCOMMANDS: dict[str, Callable[[Sequence[str]], int]] = {
     "dense": dense.main,
     "policy": policy.main,
     "replicas": replicas.main,
+    "console": console.main,
     "shards": shards.main,
     "outbound": outbound.main,
 }

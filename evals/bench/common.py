@@ -226,10 +226,13 @@ def paired(arms: dict[str, Arm], queries: Sequence[str], reader: str, repeat: in
 
 
 def paired_table(out: IO[str], arms: dict[str, Arm], queries: Sequence[str], repeat: int,
-                 per_query: IO[str] | None, readers: Sequence[str] = tuple(READERS)) -> None:
+                 per_query: IO[str] | None,
+                 readers: Sequence[str] = tuple(READERS)) -> dict[str, dict[str, list[float]]]:
     """paired() for each reader, a table row each: p50 / p95 / mean of both arms, the ratio of the
-    means and of the p95s (first arm over second), and how many queries returned different scores."""
+    means and of the p95s (first arm over second), and how many queries returned different scores.
+    Returns each reader's latencies per arm."""
     first, second = arms
+    every: dict[str, dict[str, list[float]]] = {}
     out.write(f"| reader | {first} p50 / p95 / mean ms | {second} p50 / p95 / mean ms | {first} / {second} (mean) "
               "| p95 ratio | queries with different scores |\n|---|---|---|---|---|---|\n")
     for reader in readers:
@@ -239,3 +242,5 @@ def paired_table(out: IO[str], arms: dict[str, Arm], queries: Sequence[str], rep
                   f"| {statistics.mean(b) / statistics.mean(n):.2f}x | {pct(b, 95) / pct(n, 95):.2f}x "
                   f"| {differ} |\n")
         out.flush()
+        every[reader] = lat
+    return every

@@ -8,9 +8,10 @@ The database: ``--chunks`` one-chunk objects in one open space, written with ``p
 one in 100 at tier T0, one in 10 at T0 or T1, the rest at T2, so the readers ``v1`` (T0), ``v10``
 (T1) and ``v100`` (T2) see 1 %, 10 % and 100 % of them. Synthetic 384-d vectors, clustered (100
 random centres, each vector a centre plus uniform noise), so that recall means something; they are
-generated in SQL, straight into ``groundkit.embeddings`` (the worker's path is not what is
-measured). Then the model's HNSW index (``groundkit.dense.build_hnsw_index``, m 16,
-ef_construction 64). Queries: a centre plus the same noise.
+generated in SQL and stored with ``groundkit.embed_store`` (which files them in the dense index's
+buckets; the embedding itself is not what is measured). Then the HNSW index of each bucket
+(``groundkit.dense.build_hnsw_indexes``, m 16, ef_construction 64): T0, T1 and T2, one each.
+Queries: a centre plus the same noise.
 
 Arms, per reader, every query back to back in turns, through ``groundkit.search_dense`` at k = 10:
 ``exact`` (``exact => true``), ``index`` (the HNSW path whatever the visible set:
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 import psycopg
 
 from evals.bench.common import log, pct, scratch_db, server, timed
-from groundkit.dense import build_hnsw_index
+from groundkit.dense import build_hnsw_indexes
 
 MODEL = "bench-384"
 DIM = 384
@@ -64,21 +65,25 @@ def load(dsn: str, n: int, seed: int) -> list[list[float]]:
         with conn.cursor().copy("copy centres (c, v) from stdin") as cp:
             for c, v in enumerate(centres):
                 cp.write_row((c, v))
+        row = conn.execute("select coalesce(max(chunk_id), 0) from groundkit.chunks").fetchone()
+        last = int(row[0]) if row else 0
         seconds, _ = timed(lambda: (
             conn.execute("select setseed(%s)", (seed % 1000 / 1000,)),
-            conn.execute(
-                """insert into groundkit.embeddings (model, content_hash, embedding)
-                   select %s, ch.embed_hash_text,
-                          array(select (ce.v[d] + (random() * 2 - 1) * %s)::real from generate_series(1, %s) d)
-                     from groundkit.chunks ch
-                     join centres ce on ce.c = (hashtext(ch.object_id) & 2147483647) %% %s""",
-                (MODEL, NOISE, DIM, CENTRES))))
+            [conn.execute(
+                """select groundkit.embed_store(%s, array_agg(x.h), array_agg(x.v))
+                     from (select ch.embed_hash_text as h,
+                                  array(select (ce.v[d] + (random() * 2 - 1) * %s)::real
+                                          from generate_series(1, %s) d) as v
+                             from groundkit.chunks ch
+                             join centres ce on ce.c = (hashtext(ch.object_id) & 2147483647) %% %s
+                            where ch.chunk_id between %s and %s) x""",
+                (MODEL, NOISE, DIM, CENTRES, lo, lo + 4999)) for lo in range(1, last + 1, 5000)]))
         log(f"{n} embeddings in {seconds:.0f} s")
         missing = conn.execute("select missing from groundkit.embedding_lag(%s)", (MODEL,)).fetchone()
         assert missing == (0,), missing
         conn.execute("select * from groundkit.cutover(%s)", (MODEL,))
-        seconds, _ = timed(lambda: build_hnsw_index(conn, MODEL, maintenance_work_mem="1GB"))
-        log(f"HNSW index in {seconds:.0f} s")
+        seconds, _ = timed(lambda: build_hnsw_indexes(conn, MODEL, maintenance_work_mem="1GB", min_entries=1))
+        log(f"HNSW indexes in {seconds:.0f} s")
         conn.execute("vacuum analyze")
     return centres
 

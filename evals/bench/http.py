@@ -2,6 +2,7 @@
 
     python -m evals.bench http                         # 50 clients for 30 s on 20,000 chunks
     python -m evals.bench http --dsn URL --chunks 100000 --clients 50 --seconds 30
+    python -m evals.bench http --baseline 4ed9805      # this server against revision 4ed9805's
 
 In one run: a fresh database (a throwaway embedded PostgreSQL 18, or --dsn's server) with the
 synthetic community corpus (evals/bench/corpus.py) loaded through the bulk path; a token per
@@ -13,6 +14,11 @@ benchmark reader (r100, r50, r5); `groundkit serve http` started as its own proc
   (p50 and p95 of each, and their ratio);
 - the load: --clients concurrent clients (asyncio, httpx) for --seconds, each cycling through
   the readers and the benchmark's queries: requests/s, p50/p95/p99 latency, errors, and leaks.
+
+With ``--baseline REV``, a second server runs revision REV's groundkit (a git worktree of it
+on PYTHONPATH, the same interpreter and packages) on the same database, and the load runs in
+alternating rounds (``--rounds`` per server, --seconds split between them), so both face the
+same machine at the same time: requests/s and latency per server, and their ratio.
 
 Every answer is checked against the reader's visible set, computed in Python from the
 database's own tables (members, spaces, grants, objects) by the permission rules of the README,
@@ -29,8 +35,10 @@ import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,7 +102,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(dsn: str, port: int, pool_size: int, options: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+def start_server(dsn: str, port: int, pool_size: int, options: Sequence[str] = (),
+                 source: str | None = None) -> subprocess.Popen[bytes]:
     """``groundkit serve http`` as its own process on loopback (``options``: more of its options),
     once /healthz answers. The bench's scratch database is never gated (it measures the server,
     not a deployment), so the server starts with ``--allow-ungated``."""
@@ -103,7 +112,10 @@ def start_server(dsn: str, port: int, pool_size: int, options: Sequence[str] = (
     cmd = [sys.executable, "-c", "from groundkit.cli import app; app(prog_name='groundkit')",
            "serve", "http", "--port", str(port), "--pool-size", str(pool_size), "--allow-ungated", *options,
            "--dsn", dsn]
-    proc = subprocess.Popen(cmd, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if source is not None:  # another revision's groundkit, ahead of the installed one
+        env["PYTHONPATH"] = source
+    proc = subprocess.Popen(cmd, env=env)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -187,7 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--pool-size", type=int, default=10)
     ap.add_argument("--pairs", type=int, default=200, help="(reader, query) pairs of the overhead comparison")
+    ap.add_argument("--baseline", help="a git revision whose server to compare with, in the same run")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating load rounds per server with --baseline")
     args = ap.parse_args(argv)
+    if args.baseline:
+        return compare(args)
 
     with server(args.dsn) as server_dsn, scratch_db(server_dsn, "http") as dsn:
         corpus = Corpus(seed=args.seed)
@@ -233,3 +249,68 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in (tally.errors + tally.leaks)[:10]:
         print(f"- {line}")
     return 1 if tally.errors or tally.leaks or not lat else 0
+
+
+@contextmanager
+def revision_source(rev: str) -> Iterator[str]:
+    """A detached git worktree of ``rev`` (removed on exit): its directory, for PYTHONPATH."""
+    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    path = tempfile.mkdtemp(prefix=f"gk-bench-{rev[:12]}-")
+    subprocess.run(["git", "-C", root, "worktree", "add", "--detach", "--force", path, rev], check=True,
+                   capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", root, "worktree", "remove", "--force", path], capture_output=True)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """This revision's server against ``--baseline``'s, alternating rounds of the same load."""
+    with server(args.dsn) as server_dsn, scratch_db(server_dsn, "http") as dsn, \
+            revision_source(args.baseline) as source:
+        corpus = Corpus(seed=args.seed)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            populate_authority(conn, corpus)
+        bulk_load(dsn, corpus, args.chunks, 2000, 2, [])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("vacuum analyze")
+            conn.execute("select groundkit.analyze_postings()")
+        queries = bench_queries(args.chunks, args.queries, args.seed)
+        visible = visible_sets(dsn, list(READERS))
+        with Groundkit.connect(dsn) as gk:
+            tokens_by_reader = {r: tokens.create_token(gk, r) for r in READERS}
+        arms = {f"baseline {args.baseline}": source, "this revision": None}
+        tallies = {name: Tally() for name in arms}
+        elapsed = dict.fromkeys(arms, 0.0)
+        seconds = args.seconds / (2 * args.rounds)
+        for r in range(args.rounds):
+            for name in (arms if r % 2 == 0 else reversed(list(arms))):
+                port = free_port()
+                proc = start_server(dsn, port, args.pool_size, source=arms[name])
+                try:
+                    log(f"round {r + 1}: {name}, {args.clients} clients for {seconds:.0f} s; "
+                        f"load average {os.getloadavg()[0]:.2f}")
+                    elapsed[name] += asyncio.run(load(f"http://127.0.0.1:{port}", tokens_by_reader, queries, args.k,
+                                                      args.clients, seconds, visible, tallies[name]))
+                finally:
+                    proc.terminate()
+                    proc.wait(timeout=30)
+    load_avg = os.getloadavg()
+    print(f"### HTTP API, two revisions under the same load: {args.chunks:,} chunks, pool of {args.pool_size}, "
+          f"{args.clients} clients, {args.rounds} alternating rounds each, loopback; load average "
+          f"{load_avg[0]:.2f} {load_avg[1]:.2f} {load_avg[2]:.2f} at the end\n")
+    print("| server | requests | requests/s | p50 ms | p95 ms | p99 ms | errors | leaks |\n"
+          "|---|---|---|---|---|---|---|---|")
+    rates = {}
+    for name, tally in tallies.items():
+        lat = tally.latencies_ms
+        rates[name] = (len(lat) / elapsed[name] if elapsed[name] else 0.0, pct(lat, 95) if lat else 0.0)
+        print(f"| {name} | {len(lat):,} | {rates[name][0]:,.0f} | {pct(lat, 50):.1f} | {pct(lat, 95):.1f} "
+              f"| {pct(lat, 99):.1f} | {len(tally.errors)} | {len(tally.leaks)} |")
+    (base_rps, base_p95), (rps, p95) = rates.values()
+    print(f"\nthis revision / baseline: requests/s {rps / base_rps:.2f}x, p95 {p95 / base_p95:.2f}x")
+    bad = [line for t in tallies.values() for line in t.errors + t.leaks]
+    for line in bad[:10]:
+        print(f"- {line}")
+    return 1 if bad or not all(t.latencies_ms for t in tallies.values()) else 0

@@ -1,6 +1,11 @@
 """Time as a side channel: does search take longer for a word only content the reader may not see holds?
 
     python -m evals.bench sidechannel [--dsn URL] [--runs 400] [--filler 3000] [--copies 1500]
+    python -m evals.bench sidechannel --kind dense [--dsn URL] [--runs 25]   # evals/bench/sidechannel_dense.py
+
+``--kind bm25`` (the default) measures ``groundkit.search``, as below; ``--kind dense`` measures
+``groundkit.search_dense`` for a topic whose nearest neighbours the reader may not see
+(evals/bench/sidechannel_dense.py describes it).
 
 A new database with the gate's side-channel world (groundkit/gate/side_channels.py): a T1 reader,
 ``--filler`` objects it may see, and for each invisible kind (shared content above its tier, a
@@ -28,6 +33,7 @@ from typing import Any
 
 import psycopg
 
+from evals.bench import sidechannel_dense
 from evals.bench.common import log, scratch_db, server
 from evals.bench.sqlsource import WORKTREE, describe, replaceable_sql
 from groundkit import Groundkit
@@ -63,14 +69,28 @@ def _control(gk: Groundkit, copies: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m evals.bench sidechannel", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--kind", choices=("bm25", "dense"), default="bm25",
+                    help="which search: groundkit.search (bm25) or groundkit.search_dense (dense)")
     ap.add_argument("--dsn", help="a server to create the database on (default: a throwaway embedded one)")
-    ap.add_argument("--runs", type=int, default=400, help="timed runs of each query")
-    ap.add_argument("--warm-up", type=int, default=20, help="untimed runs of each pair first")
-    ap.add_argument("--filler", type=int, default=3000, help="objects the reader may see")
-    ap.add_argument("--copies", type=int, default=1500, help="objects holding each invisible word, per state")
+    ap.add_argument("--runs", type=int, help="timed runs of each query (default: 400 for bm25, 25 for dense)")
+    ap.add_argument("--warm-up", type=int, default=20, help="untimed runs of each pair (dense: each round) first")
+    ap.add_argument("--filler", type=int, default=3000, help="bm25: objects the reader may see")
+    ap.add_argument("--copies", type=int, default=1500, help="bm25: objects holding each invisible word, per state")
     ap.add_argument("--revision", default=WORKTREE,
-                    help="search with this git revision's replaceable SQL (default: the working tree's)")
+                    help="bm25: search with this git revision's replaceable SQL (default: the working tree's)")
+    ap.add_argument("--visible", type=int, default=6000, help="dense: visible T0 chunks, spread over --topics")
+    ap.add_argument("--hidden", type=int, default=3000, help="dense: T3 chunks, all on the hidden topic")
+    ap.add_argument("--elsewhere", type=int, default=20000, help="dense: T2 chunks on a topic far from every query")
+    ap.add_argument("--topics", type=int, default=20, help="dense: topics of the visible chunks")
+    ap.add_argument("--seed", type=int, default=7, help="dense: the vectors' seed")
     args = ap.parse_args(argv)
+    if args.kind == "dense":
+        if args.revision != WORKTREE:
+            ap.error("--revision applies to --kind bm25 only")
+        args.runs = 25 if args.runs is None else args.runs
+        with server(args.dsn) as server_dsn, scratch_db(server_dsn, "bh_side_dense") as dsn:
+            return sidechannel_dense.run(server_dsn, dsn, args)
+    args.runs = 400 if args.runs is None else args.runs
     with server(args.dsn) as server_dsn, scratch_db(server_dsn, "bh_side") as dsn:
         with Groundkit.connect(dsn) as gk:
             t0 = time.perf_counter()

@@ -48,3 +48,16 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise typer.Exit(1) from None
 
     return wrapper
+
+# The thresholds of `groundkit status --check`, which `groundkit serve console` shows with the same
+# defaults (groundkit.health.Thresholds).
+EmbedLagAlertSOption = Annotated[float | None, typer.Option(
+    help="Alert when the active model's oldest unembedded chunk is older than this (seconds; 0 never). "
+         "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_S, else 600.")]
+EmbedLagAlertChunksOption = Annotated[int | None, typer.Option(
+    min=0, help="Alert when more chunks than this lack the active model's embedding. "
+                "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_CHUNKS, else no limit.")]
+ReplayLagAlertOption = Annotated[float, typer.Option(
+    min=0, help="Alert when a replica's replay lag exceeds this (seconds).")]
+FenceAlertOption = Annotated[float, typer.Option(
+    min=0, max=1, help="Alert when the fence sent more than this share of a replica's reads today to the primary.")]

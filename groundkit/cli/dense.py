@@ -18,6 +18,7 @@ from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.cli.worker import progress_bars, sigterm_interrupts
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.errors import EmbeddingProviderError, InvalidArgument
+from groundkit.models import MaintenanceStep
 
 # Exit status of a command interrupted by Ctrl-C or SIGTERM (128 + SIGINT), as shells report it.
 INTERRUPTED = 130
@@ -39,7 +40,7 @@ def embed(
     dsn: DsnOption = None,
 ) -> None:
     """Embed every current chunk that lacks an embedding for the model, batch by batch (one
-    transaction each), then build the model's HNSW index once it has enough embeddings. Safe
+    transaction each), then build each HNSW index of the model that is due. Safe
     beside other `embed` processes and workers (they take other batches); Ctrl-C keeps every
     batch committed and exits 130, and the next run embeds only what is still missing."""
     from groundkit.embedders import embedder_for
@@ -61,8 +62,7 @@ def embed(
                     report = embedding.embed_pending(gk, m, embedder_for(m), batch=batch, progress=advance)
                     progress.remove_task(task)
                     _say(report, as_json)
-                    for step in embedding.build_due_indexes(gk, [m.name]):
-                        err.print(f"built the HNSW index of {step.reason} in {step.seconds:.1f} s", highlight=False)
+                    _say_index_steps(embedding.build_due_indexes(gk, [m.name]))
         except KeyboardInterrupt:
             err.print("interrupted: the batches committed so far are kept; run groundkit embed again to "
                       "embed the rest", highlight=False)
@@ -76,6 +76,16 @@ def _say(report: embedding.EmbedReport, as_json: bool) -> None:
     else:
         out.print(f"{report.model}: embedded {report.chunks:,} chunk(s) in {report.seconds:.1f} s "
                   f"({report.chunks_per_s:.1f}/s)", highlight=False)
+
+
+def _say_index_steps(steps: list[MaintenanceStep]) -> None:
+    """The dense index's upkeep after embedding (``embedding.build_due_indexes``), on stderr."""
+    for step in steps:
+        if step.name == "dense":
+            err.print(f"merged {step.count:,} pending entries of {step.reason} into their HNSW indexes "
+                      f"in {step.seconds:.1f} s", highlight=False)
+        else:
+            err.print(f"built {step.count} HNSW index(es) of {step.reason} in {step.seconds:.1f} s", highlight=False)
 
 
 @models_app.command("add")
@@ -255,8 +265,7 @@ def dense_enable(
 
                 report = dense_enable_lib.enable(gk, activate, name=model, now=now, batch=batch, progress=advance)
                 progress.remove_task(task)
-                for step in embedding.build_due_indexes(gk, [model]):
-                    err.print(f"built the HNSW index of {step.reason} in {step.seconds:.1f} s", highlight=False)
+                _say_index_steps(embedding.build_due_indexes(gk, [model]))
         except KeyboardInterrupt:
             err.print(f"interrupted: the batches committed so far are kept; {model} stays being built (a running "
                       "worker embeds the rest); run groundkit dense enable again to finish", highlight=False)

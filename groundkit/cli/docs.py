@@ -37,7 +37,7 @@ fails when they differ.
 PAGES: dict[str, tuple[str, str]] = {
     "cli/content.md": ("Content and reading", "load members, spaces and content; search, cite and browse as a member"),
     "cli/operations.md": ("Operations", "the schema, the index and its worker, configuration, the embedded "
-                                        "server, the MCP and HTTP servers and their tokens"),
+                                        "server, the MCP and HTTP servers and the console, and their tokens"),
     "cli/audit.md": ("Audit and evaluation", "runs and their replay, the spend, the permission gate and the "
                                              "quality evals"),
 }
@@ -107,6 +107,8 @@ EXAMPLES: dict[str, str] = {
                  "$ groundkit serve mcp --transport http --port 8001  # streamable HTTP at /mcp, bearer tokens",
     "serve http": "$ groundkit serve http --port 8000\n"
                   "$ curl -H \"Authorization: Bearer $TOKEN\" -d '{\"query\": \"pricing\"}' localhost:8000/v1/search",
+    "serve console": "$ groundkit tokens create --console ops --expires 12h | tail -n 1   # the login\n"
+                     "$ groundkit serve console   # http://127.0.0.1:8002/, on loopback",
     "tokens create": "$ TOKEN=$(groundkit tokens create ana --expires 30d | tail -n 1)",
     "tokens revoke": "$ groundkit tokens revoke ana\nrevoked 1 token(s) of ana",
     "outbound allow": "$ groundkit outbound private-origin add http://10.0.0.5:11434 --reason 'the GPU box'\n"

@@ -4,18 +4,25 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from groundkit.cli import eval_gate
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import resolve_dsn
-from groundkit.errors import InvalidArgument
+from groundkit.errors import GroundkitError, InvalidArgument
+from groundkit.quality.results import store_collection_results, store_label_results
+
+if TYPE_CHECKING:
+    from groundkit.client import Groundkit
 
 if TYPE_CHECKING:
     from groundkit.quality.harness import Comparison, QualityRow
@@ -59,6 +66,9 @@ def quality(
     reader: Annotated[list[str] | None, typer.Option(
         help="With --labels: RANK=MEMBER searches as that member for that tier rank (repeatable). Default: a "
         "synthetic member of a tier of that rank, no grants, rolled back.")] = None,
+    store: Annotated[bool, typer.Option(
+        "--store/--no-store", help="Keep the results in the database (groundkit.quality_results), where "
+        "`groundkit serve console` shows them over time.")] = True,
     dsn: DsnOption = None,
 ) -> None:
     """nDCG@10, recall@10, recall@100 and MRR@10 of groundkit and reference BM25 engines
@@ -70,7 +80,7 @@ def quality(
     if labels is not None:
         if dataset is not None or arm or reference or bm25_k1 is not None:
             raise InvalidArgument("--labels takes no --dataset, --arm, --reference or --bm25-k1/--bm25-b")
-        _labels(labels, _readers(reader or []), as_json, dsn)
+        _labels(labels, _readers(reader or []), as_json, store, dsn)
         return
     if reader:
         raise InvalidArgument("--reader goes with --labels")
@@ -99,6 +109,8 @@ def quality(
         rows = run_quality(dataset, server, arms, progress=progress, skipped=_skipped, views=view, scopes=scope,
                            notify=_notice,
                            bm25_k1_b=None if bm25_k1 is None or bm25_b is None else (bm25_k1, bm25_b))
+    if store:
+        _store_results(server, lambda gk: store_collection_results(gk, rows))
     compared = comparisons(rows)
     if as_json:
         for line in [*(r.as_json() for r in rows), *(c.as_json() for c in compared)]:
@@ -137,6 +149,24 @@ def _quality_tables(rows: list[QualityRow], compared: list[Comparison]) -> None:
             table.add_row(c.view, c.scope, f"{c.arm} {c.ndcg_10:.4f}", f"{c.against} {c.against_ndcg_10:.4f}",
                           f"{c.difference:+.4f}", "< 0.001" if c.p_value < 0.001 else f"{c.p_value:.3f}")
         out.print(table)
+
+
+def _store_results(dsn: str, store: Callable[[Groundkit], uuid.UUID | None]) -> None:
+    """Keep a run's results in its database; say where, or why not. A failure to store is a
+    warning: the evaluation itself ran and its numbers are printed."""
+    from groundkit.client import Groundkit
+
+    try:
+        with Groundkit.connect(dsn) as gk:
+            eval_id = store(gk)
+    except GroundkitError as exc:
+        err.print(f"[yellow]results not stored:[/] {escape(exc.message)}", highlight=False)
+        return
+    if eval_id is None:
+        err.print("results not stored: this database has no groundkit.quality_results (run groundkit migrate)",
+                  highlight=False)
+    else:
+        err.print(f"results stored as eval {eval_id} (groundkit serve console, Quality)", highlight=False)
 
 
 def _skipped(arm: str, why: str) -> None:
@@ -300,13 +330,15 @@ def _readers(pairs: list[str]) -> dict[int, str]:
     return readers
 
 
-def _labels(path: Path, readers: dict[int, str], as_json: bool, dsn: str | None) -> None:
+def _labels(path: Path, readers: dict[int, str], as_json: bool, store: bool, dsn: str | None) -> None:
     from groundkit.client import Groundkit
     from groundkit.quality.samples import as_json as report_json
     from groundkit.quality.samples import score_labels
 
     with Groundkit.connect(dsn) as gk:
         report = score_labels(gk, path, readers)
+    if store:
+        _store_results(resolve_dsn(dsn), lambda gk: store_label_results(gk, path.name, report.ranks))
     if as_json:
         for row in report_json(report):
             sys.stdout.write(json.dumps(row) + "\n")

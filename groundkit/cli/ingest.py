@@ -72,10 +72,10 @@ class _Run:
     def applied(self, ids: Iterable[str]) -> None:
         self.written.extend(ids)
         if self.chunks_before is not None and len(self.written) >= EARLY_REINDEX_OBJECTS:
-            from groundkit.cli.main import _reindex
+            from groundkit.cli.worker import reindex_with_progress
 
             if (st := maintenance.early_reindex(self.gk, self.chunks_before, reindex_at=self.reindex_at)) is not None:
-                _reindex(self.gk, self.progress, st)
+                reindex_with_progress(self.gk, self.progress, st)
             self.chunks_before = None
 
     def jsonl(self, plan: core.Plan, rel: str, options: core.IngestOptions, max_line: int) -> None:
@@ -237,9 +237,9 @@ def ingest(
             _merge(report, run.report)
             report.chunks = gk.chunk_count(run.written) if run.written else 0
             if run.written and (analyze or (analyze is None and any(d.job == "analyze" for d in gk.due()))):
-                from groundkit.cli.main import _analyze
+                from groundkit.cli.worker import analyze_with_progress
 
-                err.print(f"sketched {_analyze(gk, progress, reindex_at=reindex_at)} postings list(s)",
+                err.print(f"sketched {analyze_with_progress(gk, progress, reindex_at=reindex_at)} postings list(s)",
                           highlight=False)
     except KeyboardInterrupt:
         err.print("interrupted: every object is written whole or not at all; run the same command again to "

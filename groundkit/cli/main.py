@@ -19,7 +19,8 @@ from rich.progress import (
 )
 
 import groundkit
-from groundkit import deployment, embedding, maintenance, replicas
+from groundkit import deployment, embedding, replicas
+from groundkit import worker as groundkit_worker
 from groundkit.cli import citations
 from groundkit.cli import config as config_cli
 from groundkit.cli import costs as costs_cli
@@ -35,15 +36,34 @@ from groundkit.cli import outbound as outbound_cli
 from groundkit.cli import runs as runs_cli
 from groundkit.cli import serve as serve_cli
 from groundkit.cli import tokens as tokens_cli
-from groundkit.cli._common import DsnOption, err, handle_errors, out, print_error
-from groundkit.cli.worker import ReindexAtOption, progress_bars, sigterm_interrupts, step_progress, worker
+from groundkit.cli._common import (
+    DsnOption,
+    EmbedLagAlertChunksOption,
+    EmbedLagAlertSOption,
+    FenceAlertOption,
+    ReplayLagAlertOption,
+    err,
+    handle_errors,
+    out,
+    print_error,
+)
+from groundkit.cli.worker import (
+    ReindexAtOption,
+    analyze_with_progress,
+    progress_bars,
+    sigterm_interrupts,
+    step_progress,
+    worker,
+)
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.config import Settings
 from groundkit.errors import ConfigError, DatabaseUnavailable, GroundkitError, InvalidArgument
+from groundkit.health import FENCE_ALERT, REPLAY_LAG_ALERT_S, Thresholds, health_report
 from groundkit.maintenance import ANALYZE_GROWTH, REINDEX_DRIFT
 from groundkit.models import (
     DEFAULT_SEARCH_MODE,
     SEARCH_MODES,
+    AnalysisState,
     Due,
     IndexStatus,
     MaintenanceReport,
@@ -129,6 +149,8 @@ def migrate(
         state, change = deployment.gated_migrate(
             target, skip_reason=bypass, certificate=certificate, public_key=public_key, gate_dsn=gate_dsn,
             out=buf, progress=gov.section_progress, command="groundkit migrate" + (" --skip-gate" if bypass else ""))
+    for warning in state.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     out.print(f"groundkit schema at revision {state.head}; replaceable SQL applied "
               f"({len(state.replaceable_sql)} files)")
     gov.say_change("migrate", change)
@@ -208,47 +230,8 @@ def analyze(
             return
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                       console=err) as progress:
-            n = _analyze(gk, progress, min_postings=min_postings, reindex_at=reindex_at)
+            n = analyze_with_progress(gk, progress, min_postings=min_postings, reindex_at=reindex_at)
     out.print(f"sketched {n} postings list(s)")
-
-
-def _analyze(gk: Groundkit, progress: Progress, *, min_postings: int | None = None,
-             reindex_at: float = REINDEX_DRIFT) -> int:
-    """Groundkit.analyze_postings with a progress bar, saying first when it will reindex the
-    impacts (reindex_at 0: never)."""
-    if reindex_at > 0:
-        st = gk.index_status()
-        if st.reindex_due(reindex_at):
-            _reindex(gk, progress, st)
-    task = progress.add_task("analyze", total=None)
-
-    def advance(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
-    # (the recompute was decided and run above, with its own progress bar)
-    return gk.analyze_postings(min_postings=min_postings, progress=advance, reindex_at=None)
-
-
-def _reindex(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
-    """Groundkit.reindex_impacts with a progress bar, saying first why it runs and who waits."""
-    if not st.impacts_current:
-        why = (f"the impacts were computed with k1 {st.impact_k1:g}, b {st.impact_b:g}, the configuration "
-               f"says k1 {st.k1:g}, b {st.b:g} (search is exhaustive until then); in one transaction, "
-               "while merges and bulk writes wait for it")
-    else:
-        why = (f"the chunks average {st.avgdl or 0:.1f} tokens, the impacts' reference length is "
-               f"{st.avgdl_ref:.1f} ({st.impact_drift:.2f}x)")
-        if st.reindex_unfinished:
-            why = f"resuming an interrupted recompute where its steps stopped; {why}"
-        why += "; in steps: writers to the postings wait for one step at a time"
-    err.print(f"recomputing the postings' impacts: {why}", highlight=False)
-    task = progress.add_task("recompute impacts", total=None)
-
-    def advance(done: int, total: int) -> None:
-        progress.update(task, completed=done, total=total)
-
-    gk.reindex_impacts(progress=advance)
-    progress.remove_task(task)
 
 
 @app.command()
@@ -263,17 +246,10 @@ def status(
                         "lag, a replica unreachable or lagging, the fence sending too many reads to the "
                         "primary, or a table behind groundkit.reader_authority without the fence's trigger; "
                         "or when no passing gate certifies the configuration serving readers.")] = False,
-    embed_lag_alert_s: Annotated[float | None, typer.Option(
-        help="Alert when the active model's oldest unembedded chunk is older than this (seconds; 0 never). "
-             "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_S, else 600.")] = None,
-    embed_lag_alert_chunks: Annotated[int | None, typer.Option(
-        min=0, help="Alert when more chunks than this lack the active model's embedding. "
-                    "Default: $GROUNDKIT_EMBEDDING_LAG_ALERT_CHUNKS, else no limit.")] = None,
-    replay_lag_alert_s: Annotated[float, typer.Option(
-        min=0, help="Alert when a replica's replay lag exceeds this (seconds).")] = 30.0,
-    fence_alert: Annotated[float, typer.Option(
-        min=0, max=1, help="Alert when the fence sent more than this share of a replica's reads today to the "
-                           "primary.")] = 0.5,
+    embed_lag_alert_s: EmbedLagAlertSOption = None,
+    embed_lag_alert_chunks: EmbedLagAlertChunksOption = None,
+    replay_lag_alert_s: ReplayLagAlertOption = REPLAY_LAG_ALERT_S,
+    fence_alert: FenceAlertOption = FENCE_ALERT,
     dsn: DsnOption = None,
 ) -> None:
     """Show the search index's state: chunks, pending postings, how old the planning statistics
@@ -288,49 +264,36 @@ def status(
 
     With read replicas: each one's lag, its authority position against the primary's, and how many reads the
     permission fence sent to the primary today (docs/replicas.md)."""
-    settings = Settings.from_env()
-    alert_s = settings.embedding_lag_alert_s if embed_lag_alert_s is None else embed_lag_alert_s
-    alert_chunks = settings.embedding_lag_alert_chunks if embed_lag_alert_chunks is None else embed_lag_alert_chunks
+    thresholds = Thresholds.from_settings(embed_lag_alert_s=embed_lag_alert_s,
+                                          embed_lag_alert_chunks=embed_lag_alert_chunks,
+                                          replay_lag_alert_s=replay_lag_alert_s, fence_alert=fence_alert)
     with Groundkit.connect(dsn) as gk:
-        st = gk.index_status()
-        due = gk.due()
-        workers = gk.workers()
-        outdated = gk.outdated_chunks()
-        dense = embedding.dense_available(gk)
-        lags = embedding.lag(gk) if dense else []
-        replication = replicas.replication_status(gk, tuple(replica or ()))
+        report = health_report(gk, thresholds, tuple(replica or ()))
         outbound = _outbound_status(gk)
-        gate = deployment.serving_status(gk)
-    gate_alerts = _gate_alerts(gate)
-    lag_alerts = [a for a in (_lag_alert(lag, alert_s, alert_chunks) for lag in lags) if a]
-    replica_alerts = replication.alerts(replay_lag_alert_s, fence_alert)
+    gate = report.deployment
     if as_json:
         # (an infinite drift, k1 or b changed, is null)
-        body = json.loads(st.model_dump_json())
-        body["due"] = [d.model_dump() for d in due]
-        body["workers"] = [json.loads(w.model_dump_json()) for w in workers]
-        body["outdated_chunks"] = [o.model_dump() for o in outdated]
-        body["dense"] = {"available": dense, "lag": [json.loads(lag.model_dump_json()) for lag in lags],
-                         "alerts": lag_alerts}
-        body["replication"] = {**replication.model_dump(), "alerts": replica_alerts}
+        body = json.loads(report.index.model_dump_json())
+        body["due"] = [d.model_dump() for d in report.due]
+        body["workers"] = [json.loads(w.model_dump_json()) for w in report.workers]
+        body["outdated_chunks"] = [o.model_dump() for o in report.outdated]
+        body["analysis"] = [a.model_dump() for a in report.analysis]
+        body["dense"] = {"available": report.dense, "lag": [json.loads(lag.model_dump_json()) for lag in report.lags],
+                         "alerts": list(report.lag_alerts)}
+        body["replication"] = {**report.replication.model_dump(), "alerts": list(report.replica_alerts)}
         body["outbound"] = outbound
-        body["deployment"] = {**json.loads(gate.model_dump_json()), "alerts": gate_alerts} if gate else None
+        body["deployment"] = ({**json.loads(gate.model_dump_json()), "alerts": list(report.gate_alerts)} if gate
+                              else None)
         sys.stdout.write(json.dumps(body) + "\n")
     else:
-        _print_status(st, due, workers, outdated, dense, lags, lag_alerts)
-        _print_replication(replication, replica_alerts)
+        _print_status(report.index, report.due, report.workers, report.outdated, report.dense, list(report.lags),
+                      list(report.lag_alerts))
+        _print_analysis(report.analysis)
+        _print_replication(report.replication, list(report.replica_alerts))
         _print_outbound(outbound)
-        _print_deployment(gate, gate_alerts)
-    if check and (lag_alerts or replica_alerts or gate_alerts):
+        _print_deployment(gate, list(report.gate_alerts))
+    if check and report.alerts:
         raise typer.Exit(1)
-
-
-def _gate_alerts(gate: deployment.DeploymentStatus | None) -> list[str]:
-    if gate is None:
-        return ["this database has no gate ledger (groundkit migrate)"]
-    if gate.certified:
-        return []
-    return [f"the configuration serving readers is not certified: {gate.reason}"]
 
 
 def _print_deployment(gate: deployment.DeploymentStatus | None, alerts: list[str]) -> None:
@@ -348,18 +311,6 @@ def _print_deployment(gate: deployment.DeploymentStatus | None, alerts: list[str
                       highlight=False, soft_wrap=True)
     for alert in alerts:
         err.print(f"[bold red]ALERT[/] gate: {escape(alert)}", highlight=False, soft_wrap=True)
-
-
-def _lag_alert(lag: embedding.EmbeddingLag, alert_s: float, alert_chunks: int | None) -> str | None:
-    """Why an active model's lag alerts, or None."""
-    if lag.state != "active":
-        return None
-    if alert_s > 0 and lag.oldest_age_s is not None and lag.oldest_age_s > alert_s:
-        return (f"{lag.model}: the oldest unembedded chunk waits {lag.oldest_age_s:.0f} s, more than "
-                f"{alert_s:g} s (is a worker running? groundkit worker, or groundkit embed)")
-    if alert_chunks is not None and lag.missing > alert_chunks:
-        return f"{lag.model}: {lag.missing:,} chunks unembedded, more than {alert_chunks:,}"
-    return None
 
 
 def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHeartbeat, ...],
@@ -404,6 +355,27 @@ def _print_status(st: IndexStatus, due: tuple[Due, ...], workers: tuple[WorkerHe
         out.print(f"worker            {_worker_line(w)}", highlight=False)
     for d in due:
         out.print(f"due: {d.reason}: the worker's next pass, or groundkit worker --once", highlight=False)
+
+
+def _print_analysis(analysis: tuple[AnalysisState, ...]) -> None:
+    """One line per language the index holds: current, or why `groundkit rebuild` is needed
+    (docs/bm25/analysis.md, "Versioned like a chunker")."""
+    for a in analysis:
+        accents = ("accents folded" if a.folds_accents
+                   else "accents kept: this server has no unaccent" if a.folds_accents is not None
+                   else "no configuration on this server")
+        if a.current:
+            why = "current"
+        elif a.built_version is None:
+            why = "never recorded: groundkit rebuild analyzes the index again"
+        elif a.built_version != a.version:
+            why = (f"the index was analyzed by {a.built_version}, this groundkit analyzes with {a.version}: "
+                   "groundkit rebuild analyzes it again")
+        else:
+            why = (f"its configuration's output on the probe words changed since the index was built (on server "
+                   f"{a.built_server_version}; a PostgreSQL upgrade or a changed dictionary): groundkit rebuild "
+                   "analyzes it again")
+        out.print(f"analysis          {a.language} ({a.version}, {accents}): {why}", highlight=False)
 
 
 def _outbound_status(gk: Groundkit) -> dict[str, object]:
@@ -519,7 +491,7 @@ def merge(
     if every is not None:
         err.print("note: `groundkit merge --every` is deprecated; it runs `groundkit worker`", highlight=False)
     with contextlib.suppress(KeyboardInterrupt), sigterm_interrupts(), progress_bars() as progress:
-        maintenance.run_worker(dsn, every=every, on_pass=on_pass, on_lost=on_lost, on_connected=on_connected,
+        groundkit_worker.run_worker(dsn, every=every, on_pass=on_pass, on_lost=on_lost, on_connected=on_connected,
                                progress=step_progress(progress), analyze_growth=analyze_at, reindex_at=reindex_at)
 
 

@@ -1,4 +1,5 @@
-"""``groundkit serve``: the MCP server and the HTTP retrieval API (optional extras)."""
+"""``groundkit serve``: the MCP server, the HTTP retrieval API and the operator console (optional
+extras)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,27 @@ import typer
 
 from groundkit import deployment
 from groundkit import dsn as groundkit_dsn
-from groundkit.cli._common import DsnOption, err, handle_errors
+from groundkit.cli._common import (
+    DsnOption,
+    EmbedLagAlertChunksOption,
+    EmbedLagAlertSOption,
+    FenceAlertOption,
+    ReplayLagAlertOption,
+    err,
+    handle_errors,
+)
 from groundkit.client import Groundkit, resolve_dsn
 from groundkit.errors import ConfigError, DatabaseUnavailable, InvalidArgument, MigrationError, Uncertified
+from groundkit.health import FENCE_ALERT, REPLAY_LAG_ALERT_S, Thresholds
 from groundkit.replicas import DEFAULT_MAX_LAG
 from groundkit.serve.limits import BODY_TIMEOUT, HEADER_TIMEOUT, MAX_CONNECTIONS, ServerLimits
 from groundkit.serve.models import GateHealth
 from groundkit.serve.service import LOCK_TIMEOUT, POOL_SIZE, POOL_TIMEOUT, STATEMENT_TIMEOUT, ReadService
 
-app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as authenticated members.",
+CONSOLE_POOL = 4  # the console's pages are read by a few operators, a page's reads one after another
+
+app = typer.Typer(help="Serve retrieval to agents (MCP) and apps (HTTP), as authenticated members; and the operator "
+                       "console.",
                   no_args_is_help=True, rich_markup_mode="markdown")
 
 HostOption = Annotated[str, typer.Option(help="Interface to listen on.")]
@@ -181,3 +194,55 @@ def http(
                           replicas=tuple(replica or ()), max_lag=max_lag)
     service.gate = gate
     serve(create_app(service, trust_header=trust_header), host, port, limits)
+
+
+@app.command()
+@handle_errors
+def console(
+    host: HostOption = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port.")] = 8002,
+    secure_cookies: Annotated[bool, typer.Option(
+        "--secure-cookies", help="Mark the session cookie Secure: behind a proxy that serves the console over "
+                                 "HTTPS (docs/console.md).")] = False,
+    root_path: Annotated[str, typer.Option(
+        help="The path prefix a proxy serves the console under and strips before passing requests on, e.g. "
+             "/console.")] = "",
+    pool_size: Annotated[int, typer.Option(min=1, max=100, help="Most database connections at once.")] = CONSOLE_POOL,
+    pool_timeout: PoolTimeoutOption = POOL_TIMEOUT,
+    statement_timeout: StatementTimeoutOption = STATEMENT_TIMEOUT,
+    lock_timeout: LockTimeoutOption = LOCK_TIMEOUT,
+    header_timeout: HeaderTimeoutOption = HEADER_TIMEOUT,
+    body_timeout: BodyTimeoutOption = BODY_TIMEOUT,
+    max_connections: MaxConnectionsOption = MAX_CONNECTIONS,
+    replica: Annotated[list[str] | None, typer.Option(
+        "--replica", help="A read replica's DSN (repeat for more): Health shows its lag, as `groundkit status "
+                          "--replica` does.")] = None,
+    embed_lag_alert_s: EmbedLagAlertSOption = None,
+    embed_lag_alert_chunks: EmbedLagAlertChunksOption = None,
+    replay_lag_alert_s: ReplayLagAlertOption = REPLAY_LAG_ALERT_S,
+    fence_alert: FenceAlertOption = FENCE_ALERT,
+    dsn: DsnOption = None,
+) -> None:
+    """Serve the operator console: View as member (what search returns to a member, and why), Health,
+    Spend, Quality and Runs, as server-rendered pages. Operators log in with a console token
+    (`groundkit tokens create --console NAME`); a member's token is refused. Its database connections
+    are read-only (docs/console.md)."""
+    _extra("jinja2", "console")
+    _extra("uvicorn", "console")
+    from groundkit.console import ConsoleReads, create_app
+    from groundkit.serve.transport import serve
+
+    if root_path and (not root_path.startswith("/") or root_path.endswith("/") or "//" in root_path):
+        raise InvalidArgument("--root-path is a path prefix such as /console (a leading slash, none at the end)")
+    thresholds = Thresholds.from_settings(embed_lag_alert_s=embed_lag_alert_s,
+                                          embed_lag_alert_chunks=embed_lag_alert_chunks,
+                                          replay_lag_alert_s=replay_lag_alert_s, fence_alert=fence_alert)
+    limits = ServerLimits(header_timeout=header_timeout, body_timeout=body_timeout, max_connections=max_connections)
+    reads = ConsoleReads(resolve_dsn(dsn), thresholds=thresholds, replicas=tuple(replica or ()), pool_size=pool_size,
+                         pool_timeout=pool_timeout, statement_timeout=statement_timeout, lock_timeout=lock_timeout)
+    if host not in ("127.0.0.1", "::1", "localhost") and not secure_cookies:
+        err.print(f"note: the console listens on {host}, beyond loopback, and its session cookie is not marked "
+                  "Secure: serve it behind a proxy with HTTPS and pass --secure-cookies (docs/console.md)",
+                  highlight=False)
+    err.print(f"groundkit console at http://{host}:{port}{root_path}/ (log in with a console token)", highlight=False)
+    serve(create_app(reads, secure_cookies=secure_cookies, root_path=root_path), host, port, limits)

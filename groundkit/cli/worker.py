@@ -15,10 +15,12 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeRemainingColumn
 
 from groundkit import maintenance
+from groundkit import worker as groundkit_worker
 from groundkit.cli._common import DsnOption, err, handle_errors, out
 from groundkit.client import Groundkit
 from groundkit.errors import DatabaseUnavailable, GroundkitError
-from groundkit.models import MaintenanceReport
+from groundkit.maintenance import REINDEX_DRIFT
+from groundkit.models import IndexStatus, MaintenanceReport
 
 AnalyzeAtOption = Annotated[
     float,
@@ -55,11 +57,12 @@ def describe(report: MaintenanceReport) -> str:
     """One line: each step, what it counted, how long it took."""
     nouns = {"reindex": "recomputed {} postings' impacts", "merge": "merged {} pending posting(s)",
              "analyze": "sketched {} postings list(s)", "vacuum": "vacuumed {} table(s)",
-             "embed": "embedded {} chunk(s)", "hnsw": "built {} HNSW index"}
+             "embed": "embedded {} chunk(s)", "dense": "merged {} dense index entries",
+             "hnsw": "built {} HNSW index(es)"}
     parts = []
     for s in report.steps:
         part = f"{nouns[s.name].format(s.count)} in {s.seconds:.1f} s"
-        if s.name in ("reindex", "analyze", "embed", "hnsw"):
+        if s.name in ("reindex", "analyze", "embed", "dense", "hnsw"):
             part += f" ({s.reason})"
         parts.append(part)
     return "; ".join(parts)
@@ -95,7 +98,7 @@ def worker(
     goes away, and writes a heartbeat that `groundkit status` shows. Ctrl-C or SIGTERM stops it.
 
     Each pass then embeds what the active embedding model, and any model being reindexed, lacks,
-    and builds its HNSW index when due (--no-embed: not). A provider failure is reported and
+    and builds its buckets' HNSW indexes when due (--no-embed: not). A provider failure is reported and
     recorded in the heartbeat; embedding backs off while the maintenance goes on."""
     passes = 0
 
@@ -124,7 +127,7 @@ def worker(
     started = time.monotonic()
     try:
         with sigterm_interrupts(), progress_bars() as progress:
-            maintenance.run_worker(dsn, every=None if once else every, on_pass=on_pass, on_lost=on_lost,
+            groundkit_worker.run_worker(dsn, every=None if once else every, on_pass=on_pass, on_lost=on_lost,
                                    on_connected=on_connected, progress=step_progress(progress),
                                    analyze_growth=analyze_at, reindex_at=reindex_at, embed=embed)
     except GroundkitError as exc:
@@ -133,3 +136,42 @@ def worker(
         raise
     except KeyboardInterrupt:
         err.print(f"worker stopped after {passes} pass(es) in {time.monotonic() - started:.0f} s", highlight=False)
+
+
+def analyze_with_progress(gk: Groundkit, progress: Progress, *, min_postings: int | None = None,
+             reindex_at: float = REINDEX_DRIFT) -> int:
+    """Groundkit.analyze_postings with a progress bar, saying first when it will reindex the
+    impacts (reindex_at 0: never)."""
+    if reindex_at > 0:
+        st = gk.index_status()
+        if st.reindex_due(reindex_at):
+            reindex_with_progress(gk, progress, st)
+    task = progress.add_task("analyze", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    # (the recompute was decided and run above, with its own progress bar)
+    return gk.analyze_postings(min_postings=min_postings, progress=advance, reindex_at=None)
+
+
+def reindex_with_progress(gk: Groundkit, progress: Progress, st: IndexStatus) -> None:
+    """Groundkit.reindex_impacts with a progress bar, saying first why it runs and who waits."""
+    if not st.impacts_current:
+        why = (f"the impacts were computed with k1 {st.impact_k1:g}, b {st.impact_b:g}, the configuration "
+               f"says k1 {st.k1:g}, b {st.b:g} (search is exhaustive until then); in one transaction, "
+               "while merges and bulk writes wait for it")
+    else:
+        why = (f"the chunks average {st.avgdl or 0:.1f} tokens, the impacts' reference length is "
+               f"{st.avgdl_ref:.1f} ({st.impact_drift:.2f}x)")
+        if st.reindex_unfinished:
+            why = f"resuming an interrupted recompute where its steps stopped; {why}"
+        why += "; in steps: writers to the postings wait for one step at a time"
+    err.print(f"recomputing the postings' impacts: {why}", highlight=False)
+    task = progress.add_task("recompute impacts", total=None)
+
+    def advance(done: int, total: int) -> None:
+        progress.update(task, completed=done, total=total)
+
+    gk.reindex_impacts(progress=advance)
+    progress.remove_task(task)

@@ -33,6 +33,7 @@ from groundkit import telemetry
 from groundkit.errors import EmbeddingProviderError, InvalidArgument
 from groundkit.outbound import gate
 from groundkit.session import Session
+from groundkit.steps import Op
 
 __all__ = ["Embedder", "EmbeddingModel", "EmbeddingProviderError", "Provider", "embedder_for"]
 
@@ -73,6 +74,15 @@ class Embedder(Protocol):
         ...
 
 
+class QueryEmbedder(Protocol):
+    """What :func:`query_embedder` returns: a query's vector as an operation."""
+
+    model: EmbeddingModel
+
+    def query_steps(self, text: str, *, record: bool, flow: str | None) -> Op[list[float]]:
+        ...
+
+
 class Provider(Protocol):
     """A provider behind the seam: vectors and the tokens they took, nothing else (no
     metering, no checks: the seam does those, the same for every provider)."""
@@ -100,6 +110,12 @@ def embedder_for(model: EmbeddingModel, *, meter_to: Target | None = None, flow:
     if meter_to is not None and not flow:
         raise InvalidArgument("embedder_for: metering (meter_to) needs the flow the calls serve")
     return _Seam(model, _provider(model), meter_to, flow, meter_to if policy_from is None else policy_from)
+
+
+def query_embedder(model: EmbeddingModel) -> QueryEmbedder:
+    """The embedder a client's search embeds its query with (:meth:`_Seam.query_steps`): the
+    policy read and the call recorded on the connection that runs the search."""
+    return _Seam(model, _provider(model), None, None, None)
 
 
 # Providers by model definition (its JSON), one per process: building the local one loads the
@@ -165,18 +181,32 @@ class _Seam:
     def embed_query(self, text: str) -> list[float]:
         return self._call([text], query=True, provenance=gate.Provenance(queries=1))[0]
 
+    def query_steps(self, text: str, *, record: bool, flow: str | None) -> Op[list[float]]:
+        """:meth:`embed_query` as an operation (:mod:`groundkit.steps`), for a client's search:
+        the policy is read, and with ``record`` the decision recorded (metered for ``flow``),
+        on the connection of the driver that runs it."""
+        vectors = yield from self._steps([text], query=True, provenance=gate.Provenance(queries=1),
+                                         policy=gate.DATABASE, record=record, flow=flow)
+        return vectors[0]
+
     def _call(self, texts: list[str], *, query: bool, provenance: gate.Provenance) -> list[list[float]]:
+        op = self._steps(texts, query=query, provenance=provenance, policy=gate._policy(self._policy_from),
+                         record=self._meter_to is not None, flow=self._flow)
+        return gate.run_on(op, self._policy_from, self._meter_to)
+
+    def _steps(self, texts: list[str], *, query: bool, provenance: gate.Provenance, policy: gate.Policy,
+               record: bool, flow: str | None) -> Op[list[list[float]]]:
         with telemetry.span("embed", model=self.model.name, provider=self.model.provider, texts=len(texts),
-                            input="query" if query else "documents", flow=self._flow) as current:
+                            input="query" if query else "documents", flow=flow) as current:
 
             def transmit(outgoing: list[str]) -> gate.Answer[list[list[float]]]:
                 vectors, tokens = self._provider.embed(outgoing, query=query)
                 self._check(vectors, len(outgoing))
                 return gate.Answer(vectors, tokens_in=tokens)
 
-            sent = gate.send("embed_query" if query else "embed_documents", self._destination, texts, transmit,
-                             provenance=provenance, policy_from=self._policy_from, record_to=self._meter_to,
-                             flow=self._flow)
+            sent = yield from gate.send_steps("embed_query" if query else "embed_documents", self._destination,
+                                              texts, transmit, provenance=provenance, policy=policy,
+                                              record=record, flow=flow)
             telemetry.set_attributes(current, tokens=sent.tokens_in)
         return sent.result
 

@@ -177,6 +177,9 @@ ADMIN_ONLY: dict[str, tuple[str, tuple[Any, ...]]] = {
     "log UPDATE": ("update groundkit.content_log set body = 'x'", ()),
     "cost_summary": ("select * from groundkit.cost_summary()", ()),
     "add_flow": ("select groundkit.add_flow(%s)", ("gate",)),
+    # an operator token opens the console: the owner's alone to make (sql/081_console.sql)
+    "create_console_token": ("select groundkit.create_console_token(%s, sha256('x'::bytea))", ("op",)),
+    "revoke_console_tokens": ("select groundkit.revoke_console_tokens(%s)", ("op",)),
     # the oracle a reader must never have: whether an object exists, its policy, its terms
     "explain_visibility": ("select * from groundkit.explain_visibility(%s, %s)", ("alice", "p2")),
     "explain_match": ("select * from groundkit.explain_match(%s, %s)", ("p2", "kiln")),

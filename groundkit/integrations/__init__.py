@@ -18,11 +18,12 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from groundkit.aio import AsyncGroundkit
 from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
 from groundkit.models import SearchHit
 
-__all__ = ["PER_CALL", "asearch", "call_options", "citation_id", "citation_metadata", "search"]
+__all__ = ["PER_CALL", "AnyClient", "asearch", "call_options", "citation_id", "citation_metadata", "search"]
 
 #: The search options a single call may set, in each framework's own way; each defaults to the
 #: retriever's. The reader is not among them, whatever it is called: it is fixed when the
@@ -44,17 +45,28 @@ def call_options(retriever: str, defaults: Mapping[str, Any], given: Mapping[str
     return {**defaults, **given}
 
 
-def search(client: Groundkit, reader_sub: str, query: str, options: Mapping[str, Any]) -> list[SearchHit]:
+#: what a retriever searches with: the sync client, or the async one (then only the framework's
+#: async entry points answer)
+AnyClient = Groundkit | AsyncGroundkit
+
+
+def search(client: AnyClient, reader_sub: str, query: str, options: Mapping[str, Any]) -> list[SearchHit]:
     """One search for the retriever's reader, with one call's options (:func:`call_options`)."""
+    if isinstance(client, AsyncGroundkit):
+        raise InvalidArgument("this retriever searches with an AsyncGroundkit: call its async entry point "
+                              "(ainvoke, aretrieve), or give it a Groundkit for the sync one")
     return client.search(reader_sub, query, k=options["k"], content_types=_list(options.get("content_types")),
                          space_ids=_list(options.get("space_ids")), mode=options.get("mode"))
 
 
-async def asearch(client: Groundkit, reader_sub: str, query: str, options: Mapping[str, Any]) -> list[SearchHit]:
+async def asearch(client: AnyClient, reader_sub: str, query: str, options: Mapping[str, Any]) -> list[SearchHit]:
     """:func:`search` for a framework's async entry point (LangChain's ``ainvoke``, LlamaIndex's
-    ``aretrieve``), without blocking the event loop: the sync client's search runs in a worker
-    thread (contextvars, and so telemetry spans and LangChain callbacks, go with it). This is the
-    one place an async client plugs in: given one, ``await client.search(...)`` here instead."""
+    ``aretrieve``), without blocking the event loop: an :class:`AsyncGroundkit`'s search is
+    awaited on the loop; a sync client's runs in a worker thread (contextvars, and so telemetry
+    spans and LangChain callbacks, go with it)."""
+    if isinstance(client, AsyncGroundkit):
+        return await client.search(reader_sub, query, k=options["k"], content_types=_list(options.get("content_types")),
+                                   space_ids=_list(options.get("space_ids")), mode=options.get("mode"))
     return await asyncio.to_thread(search, client, reader_sub, query, options)
 
 

@@ -15,9 +15,8 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
-from groundkit.integrations import PER_CALL, asearch, call_options, citation_id, citation_metadata, search
+from groundkit.integrations import PER_CALL, AnyClient, asearch, call_options, citation_id, citation_metadata, search
 from groundkit.models import MAX_K, SearchHit, SearchMode
 
 try:
@@ -50,7 +49,7 @@ class GroundkitRetriever(BaseRetriever):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, frozen=True)
 
-    client: Groundkit
+    client: AnyClient  # a Groundkit, or an AsyncGroundkit (then ainvoke only, awaited natively)
     reader_sub: str = Field(min_length=1, max_length=256)
     k: int = Field(default=10, ge=1, le=MAX_K)
     content_types: tuple[str, ...] | None = None

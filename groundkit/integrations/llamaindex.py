@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from groundkit.client import Groundkit
 from groundkit.errors import InvalidArgument
-from groundkit.integrations import PER_CALL, asearch, call_options, citation_id, citation_metadata, search
+from groundkit.integrations import PER_CALL, AnyClient, asearch, call_options, citation_id, citation_metadata, search
 from groundkit.models import MAX_K, SearchHit, SearchMode
 
 try:
@@ -53,7 +52,7 @@ class GroundkitRetriever(BaseRetriever):
 
     def __init__(
         self,
-        client: Groundkit,
+        client: AnyClient,
         reader_sub: str,
         k: int = 10,
         content_types: Sequence[str] | None = None,

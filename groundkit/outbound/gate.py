@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Generic, Literal, TypeVar
 
 import psycopg
+from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
@@ -37,6 +39,7 @@ from groundkit.errors import GroundkitError, OutboundRefused, from_psycopg
 from groundkit.outbound.policy import OutboundPolicy, default_policy, normalize_origin
 from groundkit.outbound.scrub import ScrubberUnavailable, scrubber
 from groundkit.session import Session
+from groundkit.steps import Op, Query, Step, Transmit, drive
 
 __all__ = ["Decision", "Destination", "GateKind", "Provenance", "Sent", "Ticket", "origin_of", "require_ticket",
            "send"]
@@ -154,11 +157,11 @@ def require_ticket(transport: str, url: str | None) -> None:
 
 # -- deciding --------------------------------------------------------------------------------
 
-def _rows(target: Target, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(target: Target, query: str | sql.Composable, params: dict[str, Any]) -> list[dict[str, Any]]:
     conn = target.conn if isinstance(target, Session) else target
     try:
         with conn.cursor(row_factory=dict_row) as cur:
-            return cur.execute(query, params).fetchall()
+            return cur.execute(query, params).fetchall()  # type: ignore[arg-type]
     except psycopg.Error as exc:
         raise from_psycopg(exc) from None
 
@@ -169,28 +172,56 @@ _DECIDE_EMBEDDING = "select * from groundkit.outbound_decide_embedding(%(model)s
 
 
 PolicySource = Target | OutboundPolicy | None
+#: the policy an operation reads: the database's (where its driver runs the statements), a fixed
+#: one, or None (the default policy)
+DATABASE: Literal["database"] = "database"
+Policy = OutboundPolicy | Literal["database"] | None
 
 
 def decide(kind: GateKind, dest: Destination, provenance: Provenance, policy_from: PolicySource,
            reader: str | None = None) -> Decision:
     """The policy's decision for a call (nothing sent, nothing recorded)."""
-    if policy_from is None:
+    return run_on(decide_steps(kind, dest, provenance, _policy(policy_from), reader), policy_from, None)
+
+
+def decide_steps(kind: GateKind, dest: Destination, provenance: Provenance, policy: Policy,
+                 reader: str | None = None) -> Op[Decision]:
+    if policy is None:
         return _fixed_decision(kind, default_policy(), dest, provenance)
-    if isinstance(policy_from, OutboundPolicy):
-        return _fixed_decision(kind, policy_from, dest, provenance)
+    if isinstance(policy, OutboundPolicy):
+        return _fixed_decision(kind, policy, dest, provenance)
     if provenance.hashes:
-        rows = _rows(policy_from, _DECIDE_EMBEDDING, {"model": dest.model, "hashes": list(provenance.hashes)})
+        rows = yield Query(_DECIDE_EMBEDDING, {"model": dest.model, "hashes": list(provenance.hashes)}, role="policy")
         if provenance.queries or provenance.object_ids or provenance.unattributed:
             raise GroundkitError("the gate decides hashed texts alone")  # (groundkit's own callers never mix them)
     else:
         objects = list(dict.fromkeys(provenance.object_ids))
-        rows = _rows(policy_from, _DECIDE, {
+        rows = yield Query(_DECIDE, {
             "provider": dest.provider, "url": dest.url, "kind": kind, "reader": reader,
-            "objects": objects or None, "queries": provenance.queries, "unattributed": provenance.unattributed})
+            "objects": objects or None, "queries": provenance.queries, "unattributed": provenance.unattributed},
+            role="policy")
     row = rows[0]
     return Decision(policy_version=row["policy_version"], policy_hash=row["policy_hash"],
                     provider_class=row["class"], origin=row["origin"], rule=row["rule"], refused=row["refused"],
                     scrub=tuple(row["scrub"] or ()), phone_regions=tuple(row["phone_regions"] or ()))
+
+
+def _policy(policy_from: PolicySource) -> Policy:
+    return policy_from if policy_from is None or isinstance(policy_from, OutboundPolicy) else DATABASE
+
+
+def run_on(op: Op[T], policy_from: PolicySource, record_to: Target | None) -> T:
+    """The sync driver of the gate's operations: statements on the policy's target or the
+    recording one, as each says; a transmit called here."""
+    def run_step(step: Step) -> Any:
+        if isinstance(step, Transmit):
+            return step.call()
+        target = policy_from if step.role == "policy" else record_to
+        if target is None or isinstance(target, OutboundPolicy):  # (the operation never asks then)
+            raise GroundkitError("the outbound gate has no database to run this on")
+        return _rows(target, step.statement, dict(step.params))
+
+    return drive(op, run_step)
 
 
 def _fixed_decision(kind: GateKind, policy: OutboundPolicy, dest: Destination, provenance: Provenance) -> Decision:
@@ -222,16 +253,17 @@ def _fixed_decision(kind: GateKind, policy: OutboundPolicy, dest: Destination, p
     return Decision(None, None, cls, origin, rule, refused, tuple(rules.scrub), tuple(policy.phone_regions))
 
 
+
 # -- scrubbing -------------------------------------------------------------------------------
 
 # The last names read (the stamp is their digest: the same stamp, the same names, in any database).
 _NAMES: list[tuple[str, tuple[str, ...]]] = []
 
 
-def _member_names(target: Target) -> tuple[str, tuple[str, ...]]:
+def _member_names() -> Op[tuple[str, tuple[str, ...]]]:
     known = _NAMES[0] if _NAMES else None
-    rows = _rows(target, "select * from groundkit.outbound_member_names(%(known)s)",
-                 {"known": None if known is None else known[0]})
+    rows = yield Query("select * from groundkit.outbound_member_names(%(known)s)",
+                       {"known": None if known is None else known[0]}, role="policy")
     stamp, names = rows[0]["stamp"], rows[0]["names"]
     if names is None and known is not None:
         return known
@@ -240,7 +272,7 @@ def _member_names(target: Target) -> tuple[str, tuple[str, ...]]:
 
 
 def _scrub(decision: Decision, texts: list[str],
-           names_from: PolicySource) -> tuple[list[str], dict[str, int], str | None]:
+           policy: Policy) -> Op[tuple[list[str], dict[str, int], str | None]]:
     """The texts scrubbed as the class's policy says, the counts; or the rule that refuses
     (a detector that cannot run: the text is not sent unscrubbed)."""
     if not decision.scrub:
@@ -249,10 +281,10 @@ def _scrub(decision: Decision, texts: list[str],
     names: tuple[str, ...] = ()
     stamp = ""
     if "member_names" in decision.scrub:
-        if names_from is None or isinstance(names_from, OutboundPolicy):
+        if policy != DATABASE:
             return texts, {}, f"{cls}.scrub.member_names"
         try:
-            stamp, names = _member_names(names_from)
+            stamp, names = yield from _member_names()
         except GroundkitError:
             return texts, {}, f"{cls}.scrub.member_names"
     try:
@@ -265,11 +297,11 @@ def _scrub(decision: Decision, texts: list[str],
 
 # -- recording ------------------------------------------------------------------------------
 
-def _record(record_to: Target | None, kind: GateKind, dest: Destination, decision: Decision, *,
+def _record(record: bool, kind: GateKind, dest: Destination, decision: Decision, *,
             sent: bool, texts: int, scrubbed: dict[str, int], flow: str | None, reader: str | None,
             run_id: str | None, tokens_in: int, tokens_out: int, cost: Decimal | None,
-            currency: str | None, meter: bool) -> int | None:
-    if record_to is None:
+            currency: str | None, meter: bool) -> Op[int | None]:
+    if not record:
         return None
     row = {"kind": kind, "provider": dest.provider, "origin": decision.origin, "class": decision.provider_class,
            "model": dest.model, "policy_version": decision.policy_version,
@@ -278,7 +310,7 @@ def _record(record_to: Target | None, kind: GateKind, dest: Destination, decisio
            "reader": reader, "run_id": run_id, "tokens_in": tokens_in if sent else None,
            "tokens_out": tokens_out if sent else None,
            "cost": None if cost is None else format(cost, "f"), "currency": currency, "meter": meter and sent}
-    rows = _rows(record_to, "select groundkit.record_outbound(%(d)s) as call_id", {"d": Jsonb(row)})
+    rows = yield Query("select groundkit.record_outbound(%(d)s) as call_id", {"d": Jsonb(row)}, role="record")
     call_id = rows[0]["call_id"]
     return None if call_id is None else int(call_id)
 
@@ -303,11 +335,22 @@ def send(kind: GateKind, dest: Destination, texts: Sequence[str], transmit: Call
     connection), or a fixed policy; None: the default policy. ``record_to``: where the decision (and, with
     ``flow``, the metered call) is recorded, in that connection's transaction; None: only the
     span and the counters. Refused: :class:`OutboundRefused`, nothing sent."""
+    op = send_steps(kind, dest, texts, transmit, provenance=provenance, policy=_policy(policy_from),
+                    record=record_to is not None, flow=flow, reader=reader, run_id=run_id, meter=meter)
+    return run_on(op, policy_from, record_to)
+
+
+def send_steps(kind: GateKind, dest: Destination, texts: Sequence[str], transmit: Callable[[list[str]], Answer[T]],
+               *, provenance: Provenance, policy: Policy, record: bool, flow: str | None = None,
+               reader: str | None = None, run_id: str | None = None, meter: bool = True) -> Op[Sent[T]]:
+    """:func:`send` as an operation (:mod:`groundkit.steps`): what both the sync and the async
+    client run, the policy read and the decision recorded on the driver's connection
+    (``policy`` :data:`DATABASE`, ``record``), ``transmit`` called as a :class:`Transmit` step."""
     texts = list(texts)
-    decision = decide(kind, dest, provenance, policy_from, reader)
+    decision = yield from decide_steps(kind, dest, provenance, policy, reader)
     scrubbed: dict[str, int] = {}
     if decision.rule is None:
-        texts, scrubbed, refusal = _scrub(decision, texts, policy_from)
+        texts, scrubbed, refusal = yield from _scrub(decision, texts, policy)
         if refusal is not None:
             decision = _refused(decision, refusal, len(texts))
     attrs: dict[str, Any] = {"kind": kind, "provider": dest.provider, "provider_class": decision.provider_class,
@@ -315,24 +358,31 @@ def send(kind: GateKind, dest: Destination, texts: Sequence[str], transmit: Call
                              "texts": len(texts), "flow": flow}
     if decision.rule is not None:
         with telemetry.span("outbound", **attrs, decision="refused", rule=decision.rule):
-            _record(record_to, kind, dest, decision, sent=False, texts=len(texts), scrubbed={}, flow=flow,
-                    reader=reader, run_id=run_id, tokens_in=0, tokens_out=0, cost=None, currency=None, meter=meter)
+            yield from _record(record, kind, dest, decision, sent=False, texts=len(texts), scrubbed={}, flow=flow,
+                               reader=reader, run_id=run_id, tokens_in=0, tokens_out=0, cost=None, currency=None,
+                               meter=meter)
         telemetry.add_outbound(decision="refused", provider_class=decision.provider_class, kind=kind)
         raise _refusal(kind, dest, decision, len(texts))
     with telemetry.span("outbound", **attrs, decision="sent", scrubbed=sum(scrubbed.values())) as current:
-        token = _TICKET.set(Ticket(kind, decision.provider_class, decision.origin))
-        try:
-            answer = transmit(texts)
-        finally:
-            _TICKET.reset(token)
+        ticket = Ticket(kind, decision.provider_class, decision.origin)
+        answer: Answer[T] = yield Transmit(functools.partial(_transmit, ticket, transmit, texts))
         telemetry.set_attributes(current, tokens_in=answer.tokens_in, tokens_out=answer.tokens_out)
     cost, currency = _price(dest.model, answer.tokens_in, answer.tokens_out)
-    call_id = _record(record_to, kind, dest, decision, sent=True, texts=len(texts), scrubbed=scrubbed, flow=flow,
-                      reader=reader, run_id=run_id, tokens_in=answer.tokens_in, tokens_out=answer.tokens_out,
-                      cost=cost, currency=currency, meter=meter)
+    call_id = yield from _record(record, kind, dest, decision, sent=True, texts=len(texts), scrubbed=scrubbed,
+                                 flow=flow, reader=reader, run_id=run_id, tokens_in=answer.tokens_in,
+                                 tokens_out=answer.tokens_out, cost=cost, currency=currency, meter=meter)
     _count(kind, dest, decision, flow, answer, cost, currency)
     return Sent(answer.result, decision, scrubbed, answer.tokens_in, answer.tokens_out, call_id, cost, currency,
                 texts)
+
+
+def _transmit(ticket: Ticket, transmit: Callable[[list[str]], Answer[T]], texts: list[str]) -> Answer[T]:
+    """``transmit`` with the ticket the transports check (in the thread that sends)."""
+    token = _TICKET.set(ticket)
+    try:
+        return transmit(texts)
+    finally:
+        _TICKET.reset(token)
 
 
 def _count(kind: GateKind, dest: Destination, decision: Decision, flow: str | None, answer: Answer[Any],

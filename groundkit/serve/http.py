@@ -4,14 +4,14 @@ The member comes from a bearer token (``groundkit tokens create``) or, behind a 
 authenticates and sets it, from a trusted header (``trust_header``, off by default). Never from
 the body or the query string. Input is read strictly (:mod:`groundkit.serve.inputs`): a body
 is JSON without duplicate keys, typed as JSON types it; an endpoint whose input is the body or
-the path refuses a query string. Handlers are plain functions: Starlette runs them in its
-thread pool, each borrowing one connection from the service's bounded pool.
+the path refuses a query string. Handlers are coroutines on the event loop, each borrowing one
+connection from the service's bounded async pool (no thread per request).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -56,39 +56,38 @@ class Api:
         self.service = service
         self.trust_header = trust_header
 
-    def member(self, request: Request) -> str:
+    async def member(self, request: Request) -> str:
         if self.trust_header is not None:
             value = request.headers.get(self.trust_header, "").strip()
             if not value or len(value) > 256:
                 raise Unauthenticated(f"the {self.trust_header} header names no member")
             return value
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
-        return self.service.member_for_token(token.strip() if scheme.lower() == "bearer" else None)
+        return await self.service.member_for_token(token.strip() if scheme.lower() == "bearer" else None)
 
-    def search(self, request: Request, body: bytes) -> BaseModel:
+    async def search(self, request: Request, body: bytes) -> BaseModel:
         request_input = parse_input(SearchInput, load_json(body))
-        return self.service.search(self.member(request), request_input)
+        return await self.service.search(await self.member(request), request_input)
 
-    def home(self, request: Request, body: bytes) -> BaseModel:
+    async def home(self, request: Request, body: bytes) -> BaseModel:
         request_input = parse_params(HomeInput, request.query_params.multi_items())
-        return self.service.home(self.member(request), request_input)
+        return await self.service.home(await self.member(request), request_input)
 
-    def citation(self, request: Request, body: bytes) -> BaseModel:
+    async def citation(self, request: Request, body: bytes) -> BaseModel:
         request_input = parse_params(CitationInput, request.path_params.items())
-        return self.service.fetch_citation(self.member(request), request_input)
+        return await self.service.fetch_citation(await self.member(request), request_input)
 
 
-def _endpoint(handler: Callable[[Request, bytes], BaseModel], *, query: bool = False) -> Callable[[Request], Any]:
+def _endpoint(handler: Callable[[Request, bytes], Awaitable[BaseModel]], *,
+              query: bool = False) -> Callable[[Request], Any]:
     """``handler`` as a route; ``query``: whether its input is the query string (else one is refused)."""
 
     async def endpoint(request: Request) -> Response:
-        from starlette.concurrency import run_in_threadpool
-
         try:
             if not query:
                 refuse_query_string(request.scope.get("query_string", b""))
             body = await _body(request)
-            return _json(await run_in_threadpool(handler, request, body))
+            return _json(await handler(request, body))
         except ClientDisconnect:  # gone mid-body (the transport's body deadline, or the client): nobody to answer
             return Response(status_code=400)
         except GroundkitError as exc:
@@ -113,9 +112,7 @@ def create_app(service: ReadService, *, trust_header: str | None = None) -> Star
     api = Api(service, trust_header)
 
     async def healthz(request: Request) -> Response:
-        from starlette.concurrency import run_in_threadpool
-
-        health: Health = await run_in_threadpool(service.health)
+        health: Health = await service.health()
         return _json(health, 200 if health.database == "ok" else 503)
 
     async def openapi(request: Request) -> Response:
@@ -123,11 +120,11 @@ def create_app(service: ReadService, *, trust_header: str | None = None) -> Star
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        service.open()
+        await service.open()
         try:
             yield
         finally:
-            service.close()
+            await service.close()
 
     return Starlette(routes=[
         Route("/v1/search", _endpoint(api.search), methods=["POST"]),

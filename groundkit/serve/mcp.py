@@ -12,7 +12,7 @@ below before the SDK sees the request.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +49,7 @@ class ToolSpec:
     description: str
     input: type[BaseModel]
     output: type[BaseModel]
-    run: Callable[[ReadService, str, Any], BaseModel]
+    run: Callable[[ReadService, str, Any], Awaitable[BaseModel]]
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -102,7 +102,7 @@ def build_server(service: ReadService, reader: str | None) -> Server[Any]:
         try:
             member = reader if reader is not None else _http_member(ctx)
             args = parse_input(spec.input, params.arguments or {})
-            result = await anyio.to_thread.run_sync(spec.run, service, member, args)
+            result = await spec.run(service, member, args)
         except GroundkitError as exc:
             return _failure(exc)
         except Exception as exc:  # a tool error for the model, never a crash; the trace goes to the log
@@ -149,8 +149,7 @@ class BearerMember:
         scheme, _, token = headers.get("authorization", "").partition(" ")
         try:
             refuse_query_string(scope.get("query_string", b""))
-            member = await anyio.to_thread.run_sync(
-                self.service.member_for_token, token.strip() if scheme.lower() == "bearer" else None)
+            member = await self.service.member_for_token(token.strip() if scheme.lower() == "bearer" else None)
             if scope["method"] == "POST":
                 body = await _read_body(receive)
                 if body is None:
@@ -173,9 +172,9 @@ class BearerMember:
         async def receive_and_open() -> Any:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                self.service.open()
+                await self.service.open()
             elif message["type"] == "lifespan.shutdown":
-                self.service.close()
+                await self.service.close()
             return message
 
         return receive_and_open
@@ -225,14 +224,14 @@ def run_stdio(service: ReadService, reader: str) -> None:
     server = build_server(service, reader)
 
     async def main() -> None:
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
+        await service.open()
+        try:
+            async with stdio_server() as (read, write):
+                await server.run(read, write, server.create_initialization_options())
+        finally:
+            await service.close()
 
-    service.open()
-    try:
-        anyio.run(main)
-    finally:
-        service.close()
+    anyio.run(main)
 
 
 def http_app(service: ReadService, host: str = "127.0.0.1") -> ASGIApp:

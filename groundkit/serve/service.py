@@ -2,12 +2,17 @@
 member, then read as that member. Every read is one call of the SQL API, so the permission
 predicate runs at each call and a downgrade counts from the next one. Nothing about members is
 cached here.
+
+The requests run on the event loop with :class:`~groundkit.AsyncGroundkit` over a
+``psycopg_pool.AsyncConnectionPool``: no thread per request. With replicas, reads go through
+the permission fence (:class:`~groundkit.replicas.FencedPool`, sync), in a worker thread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import psycopg
@@ -15,6 +20,7 @@ from psycopg.rows import dict_row
 
 from groundkit import dsn as groundkit_dsn
 from groundkit import tokens
+from groundkit.aio import AsyncGroundkit
 from groundkit.client import Groundkit
 from groundkit.errors import (
     ConfigError,
@@ -53,6 +59,7 @@ STATEMENT_TIMEOUT = 30.0
 LOCK_TIMEOUT = 5.0
 
 _PgConn = psycopg.Connection[dict[str, Any]]
+_AsyncPgConn = psycopg.AsyncConnection[dict[str, Any]]
 
 
 class Busy(DatabaseBusy):
@@ -71,8 +78,22 @@ def session_timeouts(statement_timeout: float, lock_timeout: float) -> Callable[
     values = (_milliseconds(statement_timeout, "statement_timeout"), _milliseconds(lock_timeout, "lock_timeout"))
 
     def configure(conn: _PgConn) -> None:
-        conn.execute("select pg_catalog.set_config('statement_timeout', %s, false),"
-                     "       pg_catalog.set_config('lock_timeout', %s, false)", values)
+        conn.execute(_TIMEOUTS, values)
+
+    return configure
+
+
+_TIMEOUTS = ("select pg_catalog.set_config('statement_timeout', %s, false),"
+             "       pg_catalog.set_config('lock_timeout', %s, false)")
+
+
+def async_session_timeouts(statement_timeout: float,
+                           lock_timeout: float) -> Callable[[_AsyncPgConn], Awaitable[None]]:
+    """:func:`session_timeouts` for the async pool."""
+    values = (_milliseconds(statement_timeout, "statement_timeout"), _milliseconds(lock_timeout, "lock_timeout"))
+
+    async def configure(conn: _AsyncPgConn) -> None:
+        await conn.execute(_TIMEOUTS, values)
 
     return configure
 
@@ -88,85 +109,93 @@ class ReadService:
                  replicas: Sequence[str] = (), max_lag: float = DEFAULT_MAX_LAG) -> None:
         """With ``replicas``, reads (search, home, citations) go through the permission fence to a
         fresh replica, else to ``dsn`` (docs/replicas.md); tokens and health stay on ``dsn``."""
-        from psycopg_pool import ConnectionPool
+        from psycopg_pool import AsyncConnectionPool
 
         # A DSN libpq cannot read is a ConfigError now, not a pool that retries it forever and
         # logs libpq's message, which quotes the DSN (password included).
         groundkit_dsn.parse(dsn)
         scrub_pool_log(dsn)
-        configure = session_timeouts(statement_timeout, lock_timeout)
-        self.pool: ConnectionPool[_PgConn] = ConnectionPool(
+        self.pool: AsyncConnectionPool[_AsyncPgConn] = AsyncConnectionPool(
             dsn, min_size=1, max_size=pool_size, timeout=pool_timeout, open=False, name="groundkit-serve",
-            kwargs={"autocommit": True, "row_factory": dict_row}, configure=configure,
-            connection_class=psycopg.Connection[dict[str, Any]],
+            kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=async_session_timeouts(statement_timeout, lock_timeout),
+            connection_class=psycopg.AsyncConnection[dict[str, Any]],
         )
         self._expected = _head_revision()
         # the gate's verdict the server started on (groundkit/cli/serve.py), shown in /healthz
         self.gate: GateHealth | None = None
+        # (the fence's pools are sync: opened here, not waited for, so the server starts while
+        # the database is down)
         self.fenced = (FencedPool(dsn, replicas, max_lag=max_lag, pool_size=pool_size, pool_timeout=pool_timeout,
-                                  open_wait=False, primary_pool=self.pool, configure=configure)
+                                  open_wait=False, configure=session_timeouts(statement_timeout, lock_timeout))
                        if replicas else None)
 
-    def open(self) -> None:
+    async def open(self) -> None:
         # not waiting: the server starts (and /healthz answers 503) while the database is down
-        self.pool.open(wait=False)
+        await self.pool.open(wait=False)
 
-    def close(self) -> None:
+    async def close(self) -> None:
         if self.fenced is not None:
-            self.fenced.close()
-        self.pool.close()
+            await asyncio.to_thread(self.fenced.close)
+        await self.pool.close()
 
-    def _read(self, fn: Callable[[Groundkit], _R]) -> _R:
-        """``fn`` behind the fence when there are replicas, else on the one pool."""
+    async def _read(self, fn: Callable[[Groundkit], _R], afn: Callable[[AsyncGroundkit], Awaitable[_R]]) -> _R:
+        """``fn`` behind the fence (in a worker thread) when there are replicas, else ``afn`` on
+        the async pool."""
         if self.fenced is not None:
-            return self.fenced.read(fn)
-        with self.groundkit() as gk:
-            return fn(gk)
+            return await asyncio.to_thread(self.fenced.read, fn)
+        async with self.groundkit() as gk:
+            return await afn(gk)
 
-    @contextmanager
-    def groundkit(self) -> Iterator[Groundkit]:
+    @asynccontextmanager
+    async def groundkit(self) -> AsyncIterator[AsyncGroundkit]:
         from psycopg_pool import PoolTimeout
 
         try:
-            with self.pool.connection() as conn:
-                yield Groundkit(conn)
+            async with self.pool.connection() as conn:
+                yield AsyncGroundkit(conn)
         except PoolTimeout:
             raise Busy("no database connection came free in time; try again") from None
         except psycopg.Error as exc:  # (raised by the pool's own checks, outside a Groundkit call)
             raise from_psycopg(exc) from None
 
-    def member_for_token(self, token: str | None) -> str:
+    async def member_for_token(self, token: str | None) -> str:
         """The member a bearer token stands for; Unauthenticated when there is none."""
         if token:
-            with self.groundkit() as gk:
-                member = tokens.token_member(gk, token)
+            async with self.groundkit() as gk:
+                member = await gk._run(tokens.token_member_steps(token))
             if member is not None:
                 return member
         raise Unauthenticated("a valid bearer token is required (groundkit tokens create MEMBER)")
 
-    def search(self, member: str, request: SearchInput) -> SearchResult:
-        hits = self._read(lambda gk: gk.search(member, request.query, k=request.k, content_types=request.content_types,
-                                               space_ids=request.space_ids, mode=request.mode))
+    async def search(self, member: str, request: SearchInput) -> SearchResult:
+        r = request
+        hits = await self._read(
+            lambda gk: gk.search(member, r.query, k=r.k, content_types=r.content_types, space_ids=r.space_ids,
+                                 mode=r.mode),
+            lambda agk: agk.search(member, r.query, k=r.k, content_types=r.content_types, space_ids=r.space_ids,
+                                   mode=r.mode))
         return SearchResult(hits=tuple(hits))
 
-    def home(self, member: str, request: HomeInput) -> HomeResult:
-        items = self._read(lambda gk: gk.home(member, request.mode, k=request.k))
+    async def home(self, member: str, request: HomeInput) -> HomeResult:
+        items = await self._read(lambda gk: gk.home(member, request.mode, k=request.k),
+                                 lambda agk: agk.home(member, request.mode, k=request.k))
         return HomeResult(items=tuple(items))
 
-    def fetch_citation(self, member: str, request: CitationInput) -> CitationResult:
+    async def fetch_citation(self, member: str, request: CitationInput) -> CitationResult:
         """The cited chunk in its context; an object the member may not see now is UnknownObject
         (404), exactly as one that does not exist."""
-        citation = self._read(lambda gk: gk.fetch_citation(member, request.object_id, request.version,
-                                                           request.chunk_seq))
+        where = (member, request.object_id, request.version, request.chunk_seq)
+        citation = await self._read(lambda gk: gk.fetch_citation(*where), lambda agk: agk.fetch_citation(*where))
         if citation is None:
             raise UnknownObject("no such citation: the object, version or chunk does not exist or is not "
                                 "visible to you")
         return CitationResult(citation=citation)
 
-    def health(self) -> Health:
+    async def health(self) -> Health:
         try:
-            with self.groundkit() as gk:
-                revision = gk._scalar("select groundkit.schema_revision()", {})
+            async with self.groundkit() as gk:
+                revision = await gk._scalar("select groundkit.schema_revision()", {})
         except GroundkitError:
             return Health(database="unavailable", expected_revision=self._expected, gate=self.gate)
         return Health(database="ok", revision=revision, expected_revision=self._expected, gate=self.gate)

@@ -1,7 +1,7 @@
 """Search modes per content type: what `auto` searches each content type with (issue 52).
 
-Revision ID: 0030
-Revises: 0029
+Revision ID: 0031
+Revises: 0030
 Create Date: 2026-12-05
 
 - ``config.search_modes``: ``{"<content type>": {"mode": "bm25" | "dense" | "hybrid", "fusion",
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from alembic import op
 
-revision = "0030"
-down_revision = "0027"  # TEMPORARY for testing on this branch; 0029 (0029_dense_buckets) in the final commit
+revision = "0031"
+down_revision = "0030"
 branch_labels = None
 depends_on = None
 
