@@ -186,7 +186,8 @@ $$;
 
 -- The public search: the planner's top k with each hit's citation (where the chunk lies in its
 -- object, its headings, its thread, its chunker) and its snippet (sql/066_snippet.sql), between
--- snippet_start and snippet_end. docs/sql-api.md, "Citations".
+-- snippet_start and snippet_end. docs/sql-api.md, "Citations". Its rows are groundkit.search_hit
+-- (revision 0032), the type every search function returns; bm25_rank and dense_rank are null here.
 create or replace function groundkit.search(
     reader_sub text,
     query text,
@@ -195,28 +196,10 @@ create or replace function groundkit.search(
     space_ids text[] default null,
     snippet_start text default '<mark>',
     snippet_end text default '</mark>')
-returns table (
-    object_id text,
-    object_version bigint,
-    chunk_seq integer,
-    content_type text,
-    space_id text,
-    title text,
-    content text,
-    score double precision,
-    start_ms bigint,
-    end_ms bigint,
-    char_start integer,
-    char_end integer,
-    heading_path text[],
-    thread_id text,
-    thread_title text,
-    chunker text,
-    snippet text)
+returns setof groundkit.search_hit
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
-#variable_conflict use_column
 declare
     q tsquery;
 begin
@@ -231,7 +214,8 @@ begin
            groundkit._snippet(c.content,
                               case when c.language is null then q
                                    else groundkit._query_tsquery(search.query, c.language) end,
-                              search.snippet_start, search.snippet_end, c.language)
+                              search.snippet_start, search.snippet_end, c.language),
+           null::integer, null::integer  -- bm25_rank, dense_rank: hybrid's
       from groundkit._search_pruned(search.reader_sub, search.query, search.k,
                                     search.content_types, search.space_ids) r
       join groundkit.chunks c on c.chunk_id = r.chunk_id

@@ -68,24 +68,7 @@ create or replace function groundkit.run_search(
     space_ids text[] default null,
     snippet_start text default '<mark>',
     snippet_end text default '</mark>')
-returns table (
-    object_id text,
-    object_version bigint,
-    chunk_seq integer,
-    content_type text,
-    space_id text,
-    title text,
-    content text,
-    score double precision,
-    start_ms bigint,
-    end_ms bigint,
-    char_start integer,
-    char_end integer,
-    heading_path text[],
-    thread_id text,
-    thread_title text,
-    chunker text,
-    snippet text)
+returns setof groundkit.search_hit
 language sql volatile
 set search_path = pg_catalog, pg_temp
 as $$
@@ -124,7 +107,7 @@ as $$
     )
     select s.object_id, s.object_version, s.chunk_seq, s.content_type, s.space_id, s.title, s.content,
            s.score, s.start_ms, s.end_ms, s.char_start, s.char_end, s.heading_path, s.thread_id,
-           s.thread_title, s.chunker, s.snippet
+           s.thread_title, s.chunker, s.snippet, s.bm25_rank, s.dense_rank
       from s
      where (select count(*) from rec) = 1
      order by s.ordinality

@@ -283,28 +283,10 @@ create or replace function groundkit.search_dense(
     space_ids text[] default null,
     exact boolean default false,
     query text default null)
-returns table (
-    object_id text,
-    object_version bigint,
-    chunk_seq integer,
-    content_type text,
-    space_id text,
-    title text,
-    content text,
-    score double precision,
-    start_ms bigint,
-    end_ms bigint,
-    char_start integer,
-    char_end integer,
-    heading_path text[],
-    thread_id text,
-    thread_title text,
-    chunker text,
-    snippet text)
+returns setof groundkit.search_hit
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-#variable_conflict use_column
 declare
     ids bigint[];
     scores double precision[];
@@ -324,7 +306,8 @@ begin
     select c.object_id, c.object_version, c.chunk_seq, o.content_type, o.space_id, o.title,
            c.content, r.score, c.start_ms, c.end_ms, c.char_start, c.char_end, c.heading_path,
            t.thread_id, t.thread_title, c.chunker,
-           groundkit._snippet(c.content, E'''\x05'''::tsquery, '<mark>', '</mark>')
+           groundkit._snippet(c.content, E'''\x05'''::tsquery, '<mark>', '</mark>'),
+           null::integer, null::integer  -- bm25_rank, dense_rank: hybrid's
       from unnest(ids, scores) with ordinality as r(chunk_id, score, n)
       join groundkit.chunks c on c.chunk_id = r.chunk_id
       join groundkit.objects o on o.object_id = c.object_id
@@ -358,30 +341,10 @@ create or replace function groundkit.search_hybrid(
     match_gate boolean default false,
     snippet_start text default '<mark>',
     snippet_end text default '</mark>')
-returns table (
-    object_id text,
-    object_version bigint,
-    chunk_seq integer,
-    content_type text,
-    space_id text,
-    title text,
-    content text,
-    score double precision,
-    start_ms bigint,
-    end_ms bigint,
-    char_start integer,
-    char_end integer,
-    heading_path text[],
-    thread_id text,
-    thread_title text,
-    chunker text,
-    snippet text,
-    bm25_rank integer,
-    dense_rank integer)
+returns setof groundkit.search_hit
 language plpgsql volatile
 set search_path = pg_catalog, pg_temp
 as $$
-#variable_conflict use_column
 declare
     q tsquery;
     d integer;

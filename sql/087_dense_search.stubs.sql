@@ -12,10 +12,7 @@ create or replace function groundkit.search_dense(
     space_ids text[] default null,
     exact boolean default false,
     query text default null)
-returns table (object_id text, object_version bigint, chunk_seq integer, content_type text, space_id text,
-               title text, content text, score double precision, start_ms bigint, end_ms bigint,
-               char_start integer, char_end integer, heading_path text[], thread_id text,
-               thread_title text, chunker text, snippet text)
+returns setof groundkit.search_hit
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$
@@ -39,10 +36,7 @@ create or replace function groundkit.search_hybrid(
     match_gate boolean default false,
     snippet_start text default '<mark>',
     snippet_end text default '</mark>')
-returns table (object_id text, object_version bigint, chunk_seq integer, content_type text, space_id text,
-               title text, content text, score double precision, start_ms bigint, end_ms bigint,
-               char_start integer, char_end integer, heading_path text[], thread_id text,
-               thread_title text, chunker text, snippet text, bm25_rank integer, dense_rank integer)
+returns setof groundkit.search_hit
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
 as $$

@@ -61,7 +61,7 @@ begin
         select c.relname, c.relkind
           from pg_catalog.pg_class c
           join pg_catalog.pg_namespace n on n.oid = c.relnamespace
-         where n.nspname = 'groundkit' and c.relkind in ('r', 'p', 'v', 'm', 'S', 'f')
+         where n.nspname = 'groundkit' and c.relkind in ('r', 'p', 'v', 'm', 'S', 'f', 'c')
            and pg_catalog.pg_get_userbyid(c.relowner) <> 'groundkit_owner'
            -- identity sequences follow their table
            and not exists (select 1 from pg_catalog.pg_depend d
@@ -70,6 +70,7 @@ begin
         execute format('alter %s groundkit.%I owner to groundkit_owner',
                        case obj.relkind when 'v' then 'view' when 'm' then 'materialized view'
                                         when 'S' then 'sequence' when 'f' then 'foreign table'
+                                        when 'c' then 'type'  -- a composite type: groundkit.search_hit
                                         else 'table' end,
                        obj.relname);
     end loop;
