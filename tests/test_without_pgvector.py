@@ -23,6 +23,7 @@ from groundkit import Groundkit, PgvectorMissing
 from groundkit.dense import build_hnsw_indexes
 from groundkit.errors import from_psycopg
 from tests.governance_helpers import certify
+from tests.test_search_hit import assert_every_search_returns_search_hit
 
 PG15_BIN = Path("/usr/lib/postgresql/15/bin")
 
@@ -144,6 +145,18 @@ def test_every_dense_function_raises_pgvector_missing_on_postgres_15(pg15_dsn: s
     with pytest.raises(PgvectorMissing):
         with psycopg.connect(pg15_dsn, autocommit=True) as conn:
             build_hnsw_indexes(conn, "m")
+
+
+def test_the_stubs_return_the_search_hit_type_too(pg15_dsn: str) -> None:
+    """The GK008 stubs of search_dense and search_hybrid return `setof groundkit.search_hit`, as
+    the pgvector functions do (revision 0032): one shape of a hit on every server."""
+    groundkit.migrate(pg15_dsn, gate=False)
+    with psycopg.connect(pg15_dsn) as conn:
+        assert conn.execute("select groundkit.pgvector_available()").fetchone() == (False,)
+        assert_every_search_returns_search_hit(conn)
+        stub = conn.execute("select oid::regprocedure::text from pg_proc"
+                            " where proname = 'search_dense' and pronamespace = 'groundkit'::regnamespace").fetchone()
+    assert stub == ("groundkit.search_dense(text,text,integer,text[],text[],boolean,text)",)
 
 
 def test_eval_quality_skips_the_dense_arms_without_pgvector(pg15_dsn: str, tmp_path: Path) -> None:
