@@ -13,6 +13,7 @@ from groundkit.cli.eval_gate import app as eval_app
 from groundkit.client import Groundkit
 from groundkit.gate import runner as gate_mod
 from groundkit.gate.golden import Hit, Searcher, real_searcher
+from groundkit.gate.runner import SECTIONS
 
 # covered by tests/test_gate_concurrency.py and tests/test_gate_surfaces.py
 # (dense: tests/test_gate_dense.py runs it; replicas: tests/test_gate_replicas.py)
@@ -46,7 +47,8 @@ def test_gate_passes_with_tap_and_json(server_dsn: str) -> None:
 
 def test_gate_prints_tap_on_stdout(server_dsn: str) -> None:
     result = CliRunner().invoke(_cli(), ["eval", "gate", "--dsn", server_dsn, "--skip", "model", "--skip",
-                                         "planted", "--skip", "bad_input", "--skip", "roles", *HEAVY])
+                                         "planted", "--skip", "bad_input", "--skip", "roles", "--skip",
+                                         "side_channels", "--skip", "home", *HEAVY])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
     assert lines[0] == "TAP version 13"
@@ -66,8 +68,7 @@ def test_gate_fails_closed_on_a_leak(server_dsn: str, monkeypatch: pytest.Monkey
         return search
 
     monkeypatch.setattr(gate_mod, "real_searcher", leaky_factory)
-    skip = [x for s in ("planted", "model", "concurrency", "faults", "roles", "bad_input", "surfaces", "dense")
-            for x in ("--skip", s)]
+    skip = [x for s in SECTIONS if s != "golden" for x in ("--skip", s)]
     result = CliRunner().invoke(_cli(), ["eval", "gate", "--dsn", server_dsn, "--json", *skip])
     assert result.exit_code == 1
     summary = json.loads(result.stdout)
