@@ -36,7 +36,7 @@ from groundkit.errors import (
     UnknownTier,
     VersionConflict,
 )
-from groundkit.migrate import MigrationState, migrate, migration_sql, migration_state
+from groundkit.migrate import migrate
 from groundkit.models import (
     AnalysisState,
     Citation,
@@ -56,6 +56,7 @@ from groundkit.models import (
     WriteStatus,
 )
 from groundkit.replicas import FencedPool, connect_pool
+from groundkit.schema import MigrationState, migration_sql, migration_state
 
 __all__ = [
     "AnalysisState",

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from groundkit.errors import AuditFailure, ConfigError, InvalidArgument
+from groundkit.schema import installed_version
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -52,6 +53,16 @@ class _Frozen(BaseModel):
 def canonical(value: Any) -> bytes:
     """The bytes a signature covers: JSON with sorted keys, no spaces, UTF-8."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def config_hash(config: Mapping[str, str | None]) -> str:
+    """The sha256 (hex) of a deployment configuration's canonical JSON, as the SQL
+    ``groundkit.configuration_hash`` computes it (tests/test_governance.py holds them to each
+    other): the identity the gate ledger and a gate bundle give a configuration."""
+    for key, value in config.items():
+        if not isinstance(key, str) or not (value is None or isinstance(value, str)):
+            raise InvalidArgument("a configuration's components are strings or null")
+    return hashlib.sha256(canonical(dict(config))).hexdigest()
 
 
 def generate_key() -> tuple[bytes, bytes]:
@@ -351,8 +362,6 @@ def _check_checkpoints(wanted: Mapping[int, list[tuple[str, Checkpoint]]], found
 
 def make_checkpoint(s: Session, key: Ed25519PrivateKey) -> dict[str, Any]:
     """The chain's head now, signed: keep it outside the database."""
-    from groundkit.migrate import installed_version
-
     h = head(s)
     return sign({"format": CHECKPOINT_FORMAT, "chain_id": h.chain_id, "seq": h.seq, "head": h.hash,
                  "at": datetime.now(UTC).isoformat(timespec="seconds"), "groundkit_version": installed_version()},
@@ -373,7 +382,6 @@ def run_bundle(s: Session, run_id: Any, key: Ed25519PrivateKey) -> dict[str, Any
     """A run's evidence, signed: its header and searches as chained (each row's canonical
     encoding, row hash and chain entry), its pinned set, its replay statuses now (no chunk text),
     and the chain's head at export."""
-    from groundkit.migrate import installed_version
     from groundkit.runs import parse_run_id, replay
 
     rid = parse_run_id(run_id)
@@ -397,8 +405,6 @@ def gate_bundle(evidence: GateEvidence, key: Ed25519PrivateKey, *, s: Session | 
                 ledger_id: int | None = None) -> dict[str, Any]:
     """A gate run's evidence, signed: the configuration it tested and its hash, the sections run
     and skipped, the summary, the TAP and its digest, and, when recorded, the ledger row as chained."""
-    from groundkit.migrate import installed_version
-
     body: dict[str, Any] = json.loads(evidence.model_dump_json())
     body["ledger"] = None
     if s is not None and ledger_id is not None:
@@ -464,8 +470,6 @@ def _verify_run_body(body: Mapping[str, Any], checked: list[str]) -> None:
 
 
 def _verify_gate_body(body: Mapping[str, Any], checked: list[str]) -> None:
-    from groundkit.deployment import config_hash
-
     if config_hash(body["config"]) != body["config_hash"]:
         raise AuditFailure("the configuration does not hash to the configuration hash")
     checked.append(f"configuration hash {body['config_hash'][:16]}…")

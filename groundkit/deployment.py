@@ -40,14 +40,17 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 from pydantic import BaseModel, ConfigDict
 
+from groundkit import audit
+from groundkit.audit import config_hash as config_hash
 from groundkit.dsn import connect
 from groundkit.errors import CutoverRefused, GateRefused, InvalidArgument, from_psycopg
+from groundkit.schema import apply
 
 if TYPE_CHECKING:
     from groundkit.embedders import EmbeddingModel
     from groundkit.gate.runner import GateSummary
     from groundkit.gate.throwaway import GateDatabases
-    from groundkit.migrate import MigrationState
+    from groundkit.schema import MigrationState
     from groundkit.session import Session
 
 # The sections each kind of change re-runs (docs/governance.md, "Which sections a change
@@ -161,16 +164,6 @@ class GateEvidence(_Frozen):
 
 
 # -- the configuration -----------------------------------------------------------------------
-
-
-def config_hash(config: Mapping[str, str | None]) -> str:
-    """The sha256 (hex) of a configuration's canonical JSON, as ``groundkit.configuration_hash``
-    computes it (tests/test_governance.py holds them to each other)."""
-    for key, value in config.items():
-        if not isinstance(key, str) or not (value is None or isinstance(value, str)):
-            raise InvalidArgument("a configuration's components are strings or null")
-    canonical = json.dumps(dict(config), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
 def fixture_digest() -> str:
@@ -432,8 +425,6 @@ def _reusable_bundle(certificate: Path | None, public_key: Path | None, target: 
     needs: returns its digest; raises when it does not certify ``target``."""
     if certificate is None:
         return None
-    from groundkit import audit
-
     if public_key is None:
         raise InvalidArgument("reusing a certificate needs the public key that signed it (--public-key FILE)")
     report = audit.verify_bundle_file(certificate, audit.load_public_key(public_key))
@@ -462,11 +453,10 @@ def gated_migrate(dsn: str, *, skip_reason: str | None = None, certificate: Path
     :class:`GateRefused` and leaves the database as it was. ``sections``: fewer sections run
     sooner, but a run without every section the change needs does not certify it (``uncovered``)."""
     from groundkit.gate.throwaway import GateDatabases
-    from groundkit.migrate import migrate
 
     bypass = _reason(skip_reason)
     if bypass is not None:
-        state = migrate(dsn, gate=False)
+        state = apply(dsn)
         with _connection(dsn) as real:
             serving = serving_configuration(real)
             ledger_id = record(real, _entry("migrate", command, "bypassed", serving, skipped=MIGRATE_SECTIONS,
@@ -491,7 +481,7 @@ def gated_migrate(dsn: str, *, skip_reason: str | None = None, certificate: Path
                     record(real, _entry("migrate", command, "failed", evidence.config, evidence=evidence,
                                         basis_id=basis["id"] if basis else None))
                 raise _refusal("migrate refused", evidence.summary)
-    state = migrate(dsn, gate=False)
+    state = apply(dsn)
     with _connection(dsn) as real:
         serving = serving_configuration(real)
         return state, _record_change(real, "migrate", command, target, serving, evidence, basis, reuse, digest)

@@ -12,7 +12,7 @@ import sys
 from alembic import context
 from psycopg import sql
 
-from groundkit.migrate import (
+from groundkit.schema import (
     HAS_PGVECTOR_SQL,
     LOCK_SQL,
     PGVECTOR_SUFFIX,

@@ -124,7 +124,7 @@ def upgrade_revisions_only(dsn: str, revision: str) -> None:
     older release migrated, for testing an upgrade from it."""
     from alembic import command
 
-    from groundkit.migrate import _alembic_config, _engine_connection
+    from groundkit.schema import _alembic_config, _engine_connection
 
     cfg = _alembic_config()
     cfg.attributes["revisions_only"] = True

@@ -295,13 +295,12 @@ def test_entries_follow_writes_moves_and_rebuild(dense: Groundkit) -> None:
 
 def _upgrade_to(dsn: str, revision: str) -> None:
     """Alembic's upgrade to ``revision``, on the connection groundkit.migrate would use."""
-    import importlib
-
     from alembic import command
 
-    migrate_module = importlib.import_module("groundkit.migrate")  # (the package's `migrate` is the function)
-    cfg = migrate_module._alembic_config()
-    with migrate_module._engine_connection(dsn) as conn:
+    from groundkit import schema
+
+    cfg = schema._alembic_config()
+    with schema._engine_connection(dsn) as conn:
         cfg.attributes["connection"] = conn
         command.upgrade(cfg, revision)
         conn.commit()

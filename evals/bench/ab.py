@@ -47,7 +47,7 @@ import groundkit
 from evals.bench.common import bench_queries, copy_of, kept_database_args, log, paired_table, pct, scores_of
 from evals.bench.corpus import PUT_OBJECT_SQL, Corpus, Obj
 from evals.bench.sqlsource import WORKTREE, describe, replaceable_sql
-from groundkit.migrate import HAS_PGVECTOR_SQL, applies
+from groundkit.schema import HAS_PGVECTOR_SQL, applies
 
 SEARCH_SQL = "select object_id, chunk_seq, score from groundkit.search(%s, %s, %s)"
 

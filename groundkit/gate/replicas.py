@@ -17,6 +17,7 @@ import io
 from collections.abc import Callable
 from typing import Any
 
+from groundkit import schema
 from groundkit.client import Groundkit
 from groundkit.gate.tap import Counts, Tap
 from groundkit.gate.throwaway import GateDatabases
@@ -67,9 +68,7 @@ def _ids(hits: list[Any]) -> set[str]:
 
 def run_cases(pair: Any, router: type[FencedPool], tap: Tap) -> None:
     """Each case on a fresh world in database ``pair``'s primary, through ``router``."""
-    from groundkit import migrate
-
-    migrate(pair.primary_dsn, gate=False)
+    schema.apply(pair.primary_dsn)
     with Groundkit.connect(pair.primary_dsn) as primary:
         _world(primary)
         pair.wait_replayed()

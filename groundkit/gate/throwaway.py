@@ -22,7 +22,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
-import groundkit
+from groundkit import schema
 from groundkit.databases import ScratchDatabases
 from groundkit.dsn import connect
 from groundkit.embedded import quiet_wheel_logging
@@ -84,7 +84,7 @@ class GateDatabases:
             self.token = self._scratch.token
             self.template = self._scratch.name("tpl")
             self._create("tpl", None)
-            groundkit.migrate(self.dsn_for(self.template), gate=False)  # (a throwaway: gated by no one)
+            schema.apply(self.dsn_for(self.template))  # (a throwaway: gated by no one)
         except BaseException:
             self.close()
             raise

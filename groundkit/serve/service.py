@@ -35,6 +35,7 @@ from groundkit.errors import (
 )
 from groundkit.pool_log import scrub_pool_log
 from groundkit.replicas import DEFAULT_MAX_LAG, FencedPool
+from groundkit.schema import head_revision
 from groundkit.serve.models import (
     CitationInput,
     CitationResult,
@@ -121,7 +122,7 @@ class ReadService:
             configure=async_session_timeouts(statement_timeout, lock_timeout),
             connection_class=psycopg.AsyncConnection[dict[str, Any]],
         )
-        self._expected = _head_revision()
+        self._expected = head_revision()
         # the gate's verdict the server started on (groundkit/cli/serve.py), shown in /healthz
         self.gate: GateHealth | None = None
         # (the fence's pools are sync: opened here, not waited for, so the server starts while
@@ -199,15 +200,6 @@ class ReadService:
         except GroundkitError:
             return Health(database="unavailable", expected_revision=self._expected, gate=self.gate)
         return Health(database="ok", revision=revision, expected_revision=self._expected, gate=self.gate)
-
-
-def _head_revision() -> str:
-    from alembic.script import ScriptDirectory
-
-    from groundkit.migrate import _alembic_config
-
-    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
-    return head or ""
 
 
 def _busy_reason(exc: DatabaseBusy) -> str:
