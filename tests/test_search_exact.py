@@ -36,6 +36,7 @@ from psycopg.conninfo import make_conninfo
 from groundkit import Groundkit
 from groundkit.gate import roles
 from tests.conftest import drop_database, fresh_database
+from tests.properties import examples
 
 VOCAB = ["amber", "basalt", "cedar", "dune", "ember", "fjord", "granite", "harbor", "island", "juniper",
          "kelp", "lagoon", "meadow", "nectar", "orchid"]
@@ -277,7 +278,8 @@ def _corrupt_sketches(conn: psycopg.Connection[Any]) -> None:
                   " from unnest(imps) with ordinality as u(x, o) order by (o * 7919) % 13)")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(full=40, quick=12), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(world=world_st)
 def test_pruned_topk_is_exact(server_db: tuple[str, str], world: dict[str, Any]) -> None:
     server_dsn, template = server_db
