@@ -11,6 +11,26 @@ begin
 end
 $$;
 
+-- A new member's or space's id: no controls (newline, tab, ESC), line separators or bidi
+-- controls, the set sql/050_write.sql refuses in an object id (groundkit.models.UNSAFE_ID_CHARS).
+-- Ids reach terminals, logs, reports and the console. Checked where a row is created only: a
+-- member or space written before this check can still be updated, suspended or made private.
+create or replace function groundkit._check_new_id(kind text, value text) returns void
+language plpgsql immutable
+set search_path = pg_catalog, pg_temp
+as $$
+declare
+    unsafe text := substring(value from '[\u0001-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]');
+begin
+    if unsafe is not null then
+        raise exception '% must not contain control, line separator or bidi control characters '
+                        '(found U+% at character %)',
+            kind, upper(lpad(to_hex(ascii(unsafe)), 4, '0')), strpos(value, unsafe)
+            using errcode = 'GK005';
+    end if;
+end
+$$;
+
 create or replace function groundkit._tier_rank(tier text) returns integer
 language plpgsql stable
 set search_path = pg_catalog, pg_temp
@@ -34,6 +54,9 @@ set search_path = pg_catalog, pg_temp
 as $$
 begin
     perform groundkit._check_id('member_sub', put_member.member_sub);
+    if not exists (select 1 from groundkit.members m where m.member_sub = put_member.member_sub) then
+        perform groundkit._check_new_id('member_sub', put_member.member_sub);
+    end if;
     perform groundkit._tier_rank(put_member.tier);
     if put_member.status is null or put_member.status not in ('active', 'pending', 'suspended', 'revoked') then
         raise exception 'unknown member status %; expected active, pending, suspended or revoked',
@@ -174,6 +197,9 @@ begin
     end if;
     -- Serialises with writers of objects in this space (they take FOR SHARE on the row).
     select * into prev from groundkit.spaces s where s.space_id = put_space.space_id for update;
+    if prev.space_id is null then
+        perform groundkit._check_new_id('space_id', put_space.space_id);
+    end if;
     insert into groundkit.spaces as s (space_id, min_tier, private)
     values (put_space.space_id, put_space.min_tier, put_space.private)
     on conflict on constraint spaces_pkey do update
