@@ -162,6 +162,15 @@ begin
         raise exception 'object % is not among the hits of sample %', quote_literal(object_id), sample_id
             using errcode = 'GK005';
     end if;
+    -- Bounded like the samples themselves: a sample holds at most k hits, and each hit at most
+    -- 32 engagements (a login cannot grow the table without end through one sample). Two
+    -- concurrent calls may both pass the count, so the bound is 32 plus the concurrent callers.
+    if (select count(*) from groundkit.sample_engagement e
+         where e.sample_id = record_sample_engagement.sample_id
+           and e.object_id = record_sample_engagement.object_id) >= 32 then
+        raise exception 'object % of sample % has its 32 engagements already', quote_literal(object_id), sample_id
+            using errcode = 'GK005';
+    end if;
     insert into groundkit.sample_engagement (sample_id, object_id, kind, value)
     values (record_sample_engagement.sample_id, record_sample_engagement.object_id,
             record_sample_engagement.kind, record_sample_engagement.value);

@@ -318,6 +318,24 @@ def test_samples_per_reader_are_bounded_per_window(world: Groundkit) -> None:
         "select reader_sub, taken from groundkit.sample_quota order by 1", {})] == [("t1", 1)]
 
 
+def test_engagements_per_hit_of_a_sample_are_bounded(world: Groundkit) -> None:
+    """A login cannot grow sample_engagement without end through one sample: 32 per hit."""
+    world.set_sample_rate(1)
+    hits = world.search("t1", "pricing")
+    sid = world.last_sample_id
+    assert sid is not None and hits
+    for _ in range(32):
+        world.record_sample_engagement(sid, hits[0].object_id, "click")
+    with pytest.raises(InvalidArgument, match="has its 32 engagements already"):
+        world.record_sample_engagement(sid, hits[0].object_id, "dwell_ms", 10)
+    if len({h.object_id for h in hits}) > 1:  # another hit of the same sample has its own bound
+        other = next(h.object_id for h in hits if h.object_id != hits[0].object_id)
+        world.record_sample_engagement(sid, other, "click")
+    rows = world._fetch("select count(*) as n from groundkit.sample_engagement where object_id = %(o)s",
+                        {"o": hits[0].object_id})
+    assert rows == [{"n": 32}]
+
+
 @pytest.mark.parametrize(("per_reader", "per"), [(0, timedelta(hours=1)), (-1, timedelta(hours=1)),
                                                  (10, timedelta(0)), (10, timedelta(days=32))])
 def test_a_bad_sample_limit_is_gk005_and_changes_nothing(world: Groundkit, per_reader: int, per: timedelta) -> None:
