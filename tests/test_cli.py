@@ -205,11 +205,11 @@ def test_ingest_streams_the_file(dsn: str, tmp_path: Path) -> None:
         gk.put_space("commons")
     body = " ".join(f"loom{i % 97} warp{i % 89} weft{i % 83}" for i in range(150))  # about 2.8 KB
     lines = [json.dumps({"object_id": f"s{i}", "version": 1, "content_type": "board_post", "space_id": "commons",
-                         "tier_visibility": "T0", "title": "t", "body": body}) for i in range(2000)]
+                         "tier_visibility": "T0", "title": "t", "body": body}) for i in range(1000)]
     path = tmp_path / "objects.jsonl"
     path.write_text("\n".join([*lines, "{not json"]) + "\n", encoding="utf-8")
     result = runner.invoke(app, ["ingest", str(path), "--batch", "50", "--dsn", dsn])
-    assert result.exit_code == 1 and "objects.jsonl:2001" in result.output
+    assert result.exit_code == 1 and "objects.jsonl:1001" in result.output
     with Groundkit.connect(dsn) as gk:
         assert gk.conn.execute("select count(*) as n from groundkit.objects").fetchone() == {"n": 0}
 
@@ -223,11 +223,11 @@ def test_ingest_streams_the_file(dsn: str, tmp_path: Path) -> None:
             tracemalloc.stop()
 
     peak_of(lines[:1])  # what any ingest loads once (lazy imports)
-    output, quarter, quarter_size = peak_of(lines[:500])
-    assert "499 applied, 1 duplicate" in output, output
+    output, quarter, quarter_size = peak_of(lines[:250])
+    assert "249 applied, 1 duplicate" in output, output
     output, every, size = peak_of(lines)
-    assert "1500 applied, 500 duplicate" in output, output
-    # 1,500 objects more (4.8 MB) raise the peak by about 0.13 MB; held in memory they raised it 11.7 MB
+    assert "750 applied, 250 duplicate" in output, output
+    # 750 objects more (2.4 MB) raise the peak by about one batch; held in memory, 1,500 raised it 11.7 MB
     assert every - quarter < (size - quarter_size) / 10, (every, quarter, size, quarter_size)
 
 
