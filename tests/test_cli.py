@@ -380,9 +380,12 @@ def test_a_background_merger_connects_again_after_losing_its_database(dsn: str) 
         try:
             first = _until("the merger's session", lambda: _merger_pids(gk, name))
             gk.conn.execute("select pg_terminate_backend(%s)", (first[0],))
-            for i in range(3):
-                gk.put_object(f"m{i}", 1, "board_post", "commons", "T0", "t", "loom weaving wool")
             _until("a new session", lambda: [p for p in _merger_pids(gk, name) if p not in first])
+            # in one transaction: three commits let a merge (every 0.1 s) fall between them, and
+            # the merger then says "merged 3" and "merged 6" (a race of the test, seen once in 30)
+            with gk.conn.transaction():
+                for i in range(3):
+                    gk.put_object(f"m{i}", 1, "board_post", "commons", "T0", "t", "loom weaving wool")
             _until("the pending part to be merged", lambda: gk.conn.execute(
                 "select count(*) = 0 as empty from groundkit.pending_postings").fetchone() == {"empty": True})
             assert gk.conn.execute("select count(*) as n from groundkit.postings").fetchone() == {"n": 9}
