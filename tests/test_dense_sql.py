@@ -438,7 +438,11 @@ def test_never_fewer_than_k_with_hnsw_and_a_1_percent_visible_fraction(dense: Gr
 def test_exact_and_index_scans_agree(dense: Groundkit, dsn: str) -> None:
     _many(dense, 3000, 1)
     with psycopg.connect(dsn, autocommit=True) as owner:
-        assert build_hnsw_indexes(owner, MODEL) == [owner.execute(
+        # built with a wider search than the default (ef_construction 64): this world's 32-d test
+        # vectors, ~1,000 texts each repeated about three times, are hard on HNSW's graph; at 64,
+        # two runs of four kept 0 of 10 for one query and 6 of 10 for another. The real model's
+        # recall is the dense benchmark's (docs/dense.md); duplicates are a known HNSW weakness.
+        assert build_hnsw_indexes(owner, MODEL, ef_construction=200) == [owner.execute(
             "select groundkit._hnsw_index_name(%s, 0)", (MODEL,)).fetchone()[0]]  # type: ignore[index]
         plan = owner.execute("explain select 1 from groundkit.dense_entries e where e.model = %s"
                              " and e.vis_key = '0'::bigint and not e.pending"
