@@ -253,17 +253,9 @@ def propose_from_labels(gk: Groundkit, path: Path, readers: Mapping[int, str] | 
                         alpha: float = 0.05) -> tuple[list[Proposal], list[str]]:
     """Proposals from a labelled samples file, searched in ``gk``'s database now; and why some
     lines or queries were not used. Needs an active embedding model (dense and hybrid)."""
-    from groundkit.quality.samples import _reader_for, _visibility, read_labels
+    from groundkit.quality.samples import _reader_for, _visibility, labelled_by_rank
 
-    by_rank: dict[int, list[Any]] = defaultdict(list)
-    skipped: list[str] = []
-    for item in read_labels(path):
-        if item.tier_rank is None:
-            skipped.append(f"{item.sample_id}: no active reader when sampled")
-        elif not any(c.relevance is not None for c in item.candidates):
-            skipped.append(f"{item.sample_id}: no candidate labelled")
-        else:
-            by_rank[item.tier_rank].append(item)
+    by_rank, skipped = labelled_by_rank(path)
     by_type: dict[str, list[Judged]] = defaultdict(list)
     current: dict[str, Candidate] = {}
     for rank in sorted(by_rank):

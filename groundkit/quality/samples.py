@@ -192,6 +192,21 @@ def _visibility(gk: Groundkit, reader: str, object_ids: list[str]) -> dict[str, 
     return out
 
 
+def labelled_by_rank(path: Path) -> tuple[dict[int, list[_Labelled]], list[str]]:
+    """The labelled file's samples that can be judged, by the tier rank of their reader; and why
+    the others cannot (no active reader when sampled, no candidate labelled)."""
+    by_rank: dict[int, list[_Labelled]] = defaultdict(list)
+    skipped: list[str] = []
+    for item in read_labels(path):
+        if item.tier_rank is None:
+            skipped.append(f"{item.sample_id}: no active reader when sampled")
+        elif not any(c.relevance is not None for c in item.candidates):
+            skipped.append(f"{item.sample_id}: no candidate labelled")
+        else:
+            by_rank[item.tier_rank].append(item)
+    return by_rank, skipped
+
+
 def _reader_for(gk: Groundkit, rank: int, readers: Mapping[int, str]) -> str | None:
     if rank in readers:
         return readers[rank]
@@ -208,15 +223,7 @@ def score_labels(gk: Groundkit, path: Path, readers: Mapping[int, str] | None = 
     module's docstring). Needs the ``eval`` extra (trec_eval's measures)."""
     from groundkit.quality.metrics import per_query
 
-    by_rank: dict[int, list[_Labelled]] = defaultdict(list)
-    skipped: list[str] = []
-    for item in read_labels(path):
-        if item.tier_rank is None:
-            skipped.append(f"{item.sample_id}: no active reader when sampled")
-        elif not any(c.relevance is not None for c in item.candidates):
-            skipped.append(f"{item.sample_id}: no candidate labelled")
-        else:
-            by_rank[item.tier_rank].append(item)
+    by_rank, skipped = labelled_by_rank(path)
     ranks: list[RankScore] = []
     hidden: list[NotVisible] = []
     for rank in sorted(by_rank):
