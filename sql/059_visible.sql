@@ -44,24 +44,3 @@ as $$
        and (p_space_ids is null or o.space_id = any (p_space_ids))
 $$;
 
--- A reader's visibility buckets (postings.vis_key, dense_entries.vis_key; docs/bm25/design.md):
--- shared content of the ranks up to the reader's; the private spaces granted to the reader whose
--- policy lets the reader's tier in; the reader's own notes. Only chooses which lists (postings)
--- or which index entries (dense) a search reads; the live predicate still decides every row.
--- The same set BM25's search computes (sql/069_search.sql).
-create or replace function groundkit._reader_buckets(p_rank integer, p_member text)
-returns bigint[]
-language sql stable
-set search_path = pg_catalog, pg_temp
-as $$
-    select array(
-        select t.rank::bigint from groundkit.tiers t where t.rank <= p_rank
-        union
-        select groundkit._vis_key(false, null, true, g.space_id, null)
-          from groundkit.space_grants g join groundkit.spaces s on s.space_id = g.space_id
-          join groundkit.tiers st on st.name = s.min_tier
-         where g.member_sub = p_member and s.private and st.rank <= p_rank
-        union
-        select groundkit._vis_key(true, p_member, false, null, null)
-        order by 1)
-$$;

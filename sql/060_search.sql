@@ -138,10 +138,12 @@ as $$
              where p_space_ids is null or v.space_id = any (p_space_ids)) x
 $$;
 
--- The lists a reader reads (docs/bm25/design.md, "Postings"): shared content of ranks up to the
--- reader's; the private spaces granted to the reader whose policy lets the reader's tier in (a
--- member moved to a lower tier keeps their grants, and the lists of a space they may no longer
--- see were read, and timed, as theirs); the reader's own notes. Inlined where it is called (no
+-- A reader's visibility buckets (postings.vis_key, dense_entries.vis_key; docs/bm25/design.md,
+-- "Postings"): the lists BM25 reads and the index entries dense search reads. Shared content of
+-- ranks up to the reader's; the private spaces granted to the reader whose policy lets the
+-- reader's tier in (a member moved to a lower tier keeps their grants, and the lists of a space
+-- they may no longer see were read, and timed, as theirs); the reader's own notes. Only chooses
+-- what is read; the live predicate still decides every row. Inlined where it is called (no
 -- SET clause: a call of its own cost the planner tens of µs); every name is qualified, its
 -- callers pin search_path, and PUBLIC may not execute it.
 create or replace function groundkit._reader_buckets(p_rank integer, p_member text)
