@@ -241,7 +241,7 @@ begin
 end
 $$;
 
--- The opt-in binding of logins to members (docs/sql-api.md, "Binding a login to a member"):
+-- The opt-in binding of logins to members (docs/sql-operations.md, "Binding a login to a member"):
 -- a login with a row in groundkit.login_members searches as that member only. session_user is
 -- the login that authenticated (search runs as the owner, so current_user would be the owner),
 -- and no role below superuser can change it. An unmapped login may pass any reader_sub, as

@@ -356,7 +356,7 @@ def test_revision_0014_clears_the_statistics_already_gathered(empty_dsn: str) ->
 
 
 def test_a_prepared_statement_holds_a_table_lock_as_documented(server_dsn: str, dsn: str) -> None:
-    """The residue docs/sql-api.md ("Locks") names: a groundkit_reader login prepares an update
+    """The residue docs/sql-operations.md ("Locks") names: a groundkit_reader login prepares an update
     of the postings it may not run; parsing took ROW EXCLUSIVE, held until its transaction ends,
     so reindex_impacts() (SHARE) waits for it. Writes do not."""
     with Groundkit.connect(dsn) as gk:

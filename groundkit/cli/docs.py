@@ -36,8 +36,12 @@ fails when they differ.
 # Who runs a command, by its first word: (page, title, the page's one-line purpose).
 PAGES: dict[str, tuple[str, str]] = {
     "cli/content.md": ("Content and reading", "load members, spaces and content; search, cite and browse as a member"),
-    "cli/operations.md": ("Operations", "the schema, the index and its worker, configuration, the embedded "
-                                        "server, the MCP and HTTP servers and the console, and their tokens"),
+    "cli/operations.md": ("Operations", "the schema, the index and its worker, configuration and the embedded "
+                                        "server"),
+    "cli/serving.md": ("Serving", "the MCP and HTTP servers and the console, their tokens, and the outbound "
+                                  "policy for what may leave for a provider"),
+    "cli/embeddings.md": ("Embeddings", "dense retrieval: embedding models, embedding the chunks, building "
+                                        "another model beside the active one and cutting over to it"),
     "cli/audit.md": ("Audit and evaluation", "runs and their replay, the spend, the permission gate and the "
                                              "quality evals"),
 }
@@ -46,11 +50,11 @@ PAGE_OF: dict[str, str] = {
     "ingest": "cli/content.md", "search": "cli/content.md", "cite": "cli/content.md", "home": "cli/content.md",
     "migrate": "cli/operations.md", "rebuild": "cli/operations.md", "analyze": "cli/operations.md",
     "status": "cli/operations.md", "merge": "cli/operations.md", "worker": "cli/operations.md",
-    "config": "cli/operations.md", "db": "cli/operations.md", "serve": "cli/operations.md",
-    "tokens": "cli/operations.md", "outbound": "cli/operations.md",
-    "dense": "cli/operations.md", "embed": "cli/operations.md", "models": "cli/operations.md",
-    "reindex": "cli/operations.md",
-    "cutover": "cli/operations.md", "shadow-compare": "cli/audit.md", "explain": "cli/audit.md",
+    "config": "cli/operations.md", "db": "cli/operations.md",
+    "serve": "cli/serving.md", "tokens": "cli/serving.md", "outbound": "cli/serving.md",
+    "dense": "cli/embeddings.md", "embed": "cli/embeddings.md", "models": "cli/embeddings.md",
+    "reindex": "cli/embeddings.md", "cutover": "cli/embeddings.md",
+    "shadow-compare": "cli/embeddings.md", "explain": "cli/audit.md",
     "runs": "cli/audit.md", "replay": "cli/audit.md", "costs": "cli/audit.md", "eval": "cli/audit.md",
     "audit": "cli/audit.md",
 }
