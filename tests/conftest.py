@@ -34,6 +34,7 @@ from psycopg.conninfo import make_conninfo
 
 import groundkit
 from groundkit import Groundkit
+from tests.dense_fakes import FakeEmbeddings, fake_openai_server
 
 _counter = itertools.count()
 _server_info: dict[str, str] = {}
@@ -277,6 +278,14 @@ def waits_for_commit(holder: psycopg.Connection[Any], dsn: str, statement: str, 
     t.join(30)
     assert not t.is_alive() and done["at"] >= committed
     return done["row"]
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeEmbeddings]:
+    """An OpenAI-compatible embeddings server on loopback (tests/dense_fakes.py), for a test's
+    dense and hybrid searches without the local model."""
+    with fake_openai_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from groundkit.errors import (
     VersionConflict,
 )
 from groundkit.models import WriteStatus
-from tests.dense_fakes import FakeEmbeddings, add_fake_model, fake_openai_server
+from tests.dense_fakes import FakeEmbeddings, add_fake_model
 
 
 class Client:
@@ -181,12 +181,6 @@ def test_a_run_that_raises_is_recorded_with_its_error(client: Client) -> None:
     with pytest.raises(KeyError):
         client.in_run(body, flow="tutor", reader="t0", run_id=run_id)
     assert client.replay(run_id).run.error_class == "KeyError"
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeEmbeddings]:
-    with fake_openai_server() as server:
-        yield server
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid", "auto"])

@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from groundkit import Groundkit, embedding, model_swap
 from groundkit.cli import app
 from groundkit.errors import InvalidArgument, UnknownModel
-from tests.dense_fakes import FakeEmbeddings, add_fake_model, fake_openai_server
+from tests.dense_fakes import FakeEmbeddings, add_fake_model
 from tests.governance_helpers import certify
 
 # The cutovers here test the switch itself; the gated cutover is tests/test_governance.py's.
@@ -34,12 +34,6 @@ runner = CliRunner()
 
 TOPICS = ["kiln firing schedule for stoneware", "glaze recipes with iron oxide", "throwing tall cylinders",
           "pricing commissions for clients", "photographing pottery for a shop", "reclaiming clay scraps"]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeEmbeddings]:
-    with fake_openai_server() as server:
-        yield server
 
 
 def _world(gk: Groundkit, n: int = 12) -> None:

@@ -64,12 +64,6 @@ def keys(tmp_path: Path) -> tuple[Path, Path]:
     return tmp_path / "key.pem", tmp_path / "key.pub"
 
 
-@pytest.fixture
-def fake() -> Iterator[FakeEmbeddings]:
-    with fake_openai_server() as server:
-        yield server
-
-
 def _world(gk: Groundkit) -> None:
     gk.put_member("t0", "T0")
     gk.put_member("t2", "T2")

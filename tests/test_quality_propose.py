@@ -4,7 +4,6 @@ argue for, with the gain over the current setting and a paired t-test, applied o
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -17,17 +16,11 @@ from groundkit.cli import app
 from groundkit.models import SearchModeSetting
 from groundkit.quality.propose import GRID, Candidate, Judged, _searches, fuse, propose
 from groundkit.quality.samples import export_samples
-from tests.dense_fakes import FakeEmbeddings, add_fake_model, fake_openai_server
+from tests.dense_fakes import FakeEmbeddings, add_fake_model
 from tests.governance_helpers import certify
 
 runner = CliRunner()
 HYBRID = Candidate("hybrid")  # search_hybrid's defaults: what auto runs with a model and no setting
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeEmbeddings]:
-    with fake_openai_server() as server:
-        yield server
 
 
 def _lexical_query(n: int) -> Judged:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 import random
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -15,7 +14,7 @@ import pytest
 
 from groundkit import Groundkit, embedding, model_swap
 from groundkit.dense import build_hnsw_indexes
-from tests.dense_fakes import FakeEmbeddings, add_fake_model, fake_openai_server
+from tests.dense_fakes import FakeEmbeddings, add_fake_model
 from tests.test_search_exact import STRATEGIES, _assert_same, _rows, score_part
 
 
@@ -181,12 +180,6 @@ def _brute_force(conn: psycopg.Connection[Any], reader: str, query: str, k: int)
                 scores[c] += score_part(w, tf / (tf + k1 * (1 - b + b * dl / avgdl)))
     ranked = sorted(scores.items(), key=lambda x: (-x[1], meta[x[0]][0], meta[x[0]][1]))[:k]
     return [(meta[c][0], meta[c][1], s) for c, s in ranked]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeEmbeddings]:
-    with fake_openai_server() as server:
-        yield server
 
 
 def test_dense_and_hybrid_keep_to_phrases_and_exclusions(dsn: str, fake: FakeEmbeddings) -> None:

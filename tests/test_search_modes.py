@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -14,15 +13,9 @@ import pytest
 from groundkit import Groundkit, embedding, model_swap
 from groundkit.errors import InvalidArgument, UnknownContentType
 from groundkit.models import SearchModeSetting
-from tests.dense_fakes import FakeEmbeddings, add_fake_model, fake_openai_server
+from tests.dense_fakes import FakeEmbeddings, add_fake_model
 
 CLI = [sys.executable, "-c", "from groundkit.cli import app; app()"]
-
-
-@pytest.fixture
-def fake() -> Iterator[FakeEmbeddings]:
-    with fake_openai_server() as server:
-        yield server
 
 
 def _world(gk: Groundkit) -> None:
